@@ -1,0 +1,46 @@
+"""broker: a fail-closed approval broker for AI agents, on trio.
+
+Every question "may this agent run this tool, once, now?" resolves to exactly one
+:class:`Outcome` — ``allowed-once``, ``rejected``, ``cancelled`` or ``unavailable`` — with an
+``approval/asked`` + ``approval/decided`` audit pair in the session's durable log.
+"""
+
+from __future__ import annotations
+
+from ._agent import Agent as Agent
+from ._agent import Notice as Notice
+from ._answerers import AnswererHandle as AnswererHandle
+from ._answerers import AnswerFn as AnswerFn
+from ._answerers import AnswerNext as AnswerNext
+from ._broker import Broker as Broker
+from ._broker import open_broker as open_broker
+from ._broker import serve_broker as serve_broker
+from ._codec import EventDecodeError as EventDecodeError
+from ._codec import decode_event as decode_event
+from ._codec import encode_event as encode_event
+from ._errors import AuditAppendError as AuditAppendError
+from ._errors import BrokerClosedError as BrokerClosedError
+from ._errors import BrokerError as BrokerError
+from ._errors import SessionClosedError as SessionClosedError
+from ._errors import SessionCrashedError as SessionCrashedError
+from ._errors import TurnError as TurnError
+from ._events import ApprovalAsked as ApprovalAsked
+from ._events import ApprovalDecided as ApprovalDecided
+from ._events import ApprovalGrant as ApprovalGrant
+from ._events import ApprovalPolicy as ApprovalPolicy
+from ._events import Event as Event
+from ._events import TurnEnd as TurnEnd
+from ._events import TurnEndReason as TurnEndReason
+from ._events import TurnStart as TurnStart
+from ._projection import ApprovalState as ApprovalState
+from ._request import ApprovalRequest as ApprovalRequest
+from ._session import Session as Session
+from ._signal import AbortSignal as AbortSignal
+from ._vocabulary import Delegation as Delegation
+from ._vocabulary import Outcome as Outcome
+from ._vocabulary import Policy as Policy
+from .store._memory import MemoryStore as MemoryStore
+from .store._protocol import EventStore as EventStore
+from .store._protocol import StoreError as StoreError
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,143 @@
+"""Answerers and the waterfall that consults them (spec section 4).
+
+An answerer is ``async def answer(req, next) -> Outcome``: it claims the single decision by
+returning an outcome, or delegates with ``return await next()``. The end of the chain is
+``unavailable``, so zero answerers fail closed without configuration.
+
+Containment (house rule 8): an answerer that raises an :class:`Exception`, returns a value
+outside the vocabulary, or whose registration ends while it is answering yields
+``unavailable``. ``trio.Cancelled`` and other ``BaseException`` s propagate.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
+
+import attrs
+import trio
+
+from ._vocabulary import Outcome
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._request import ApprovalRequest
+
+__all__ = ["AnswerFn", "AnswerNext", "AnswererHandle", "run_waterfall"]
+
+log = logging.getLogger("broker.answerers")
+
+AnswerNext: TypeAlias = Callable[[], Awaitable[Outcome]]
+AnswerFn: TypeAlias = Callable[["ApprovalRequest", AnswerNext], Awaitable[Outcome]]
+
+_VOCABULARY = frozenset(o.value for o in Outcome)
+
+
+@attrs.define(eq=False, repr=False)
+class AnswererHandle:
+    """One registered answerer; it answers until :meth:`close` (its holder's lifetime ends).
+
+    Closing is synchronous and final: the handle leaves the chain at once, so the *next* ask
+    does not see it, and any question it is answering right now is cancelled and counts as
+    ``unavailable`` for that request.
+    """
+
+    fn: AnswerFn
+    scope: Agent | None
+    order: int
+    _registry: list[AnswererHandle]
+    _inflight: set[trio.CancelScope] = attrs.field(factory=set, init=False)
+    _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
+        where = "unscoped" if self.scope is None else f"scoped to {self.scope!r}"
+        state = "closed" if self.closed else "open"
+        return f"<AnswererHandle {name} {where} {state}>"
+
+    @property
+    def closed(self) -> bool:
+        """Whether this answerer has left the chain."""
+        return self._closed.is_set()
+
+    def close(self, reason: str = "answerer closed") -> None:
+        """Leave the chain and withdraw in-flight questions from this answerer. Idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        index = bisect.bisect_left(self._registry, self.order, key=_order)
+        if index < len(self._registry) and self._registry[index] is self:
+            del self._registry[index]
+        for scope in self._inflight:
+            scope.cancel(reason=reason)
+
+    async def wait_closed(self) -> None:
+        """Wait until :meth:`close` has been called. Cancellation: just stops waiting."""
+        await self._closed.wait()
+
+    async def invoke(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome:
+        """Ask this answerer, containing its failures as ``unavailable``.
+
+        Cancellation: the caller's cancellation propagates; this handle's own closing is
+        contained and yields ``unavailable``.
+        """
+        if self.closed:
+            await trio.lowlevel.checkpoint()
+            return Outcome.UNAVAILABLE
+        with trio.CancelScope() as scope:
+            self._inflight.add(scope)
+            try:
+                result: object = await self.fn(req, next_)
+            except Exception:
+                log.warning("answerer %r failed; the question fails closed", self, exc_info=True)
+                return Outcome.UNAVAILABLE
+            finally:
+                self._inflight.discard(scope)
+        if scope.cancel_called or self.closed:
+            return Outcome.UNAVAILABLE
+        return _normalise(result, self)
+
+
+def _order(handle: AnswererHandle) -> int:
+    return handle.order
+
+
+def _normalise(result: object, handle: AnswererHandle) -> Outcome:
+    if isinstance(result, Outcome):
+        return result
+    if type(result) is str and result in _VOCABULARY:
+        return Outcome(result)
+    log.warning("answerer %r returned %r, outside the vocabulary; failing closed", handle, result)
+    return Outcome.UNAVAILABLE
+
+
+def insert_handle(registry: list[AnswererHandle], handle: AnswererHandle) -> None:
+    """Insert *handle* into *registry*, kept sorted by ``order``."""
+    bisect.insort(registry, handle, key=_order)
+
+
+async def run_waterfall(req: ApprovalRequest, chain: Sequence[AnswererHandle]) -> Outcome:
+    """Consult *chain* in order; the first answer wins, the end of the chain is ``unavailable``.
+
+    ``next()`` may be awaited more than once by an answerer: the rest of the chain is consulted
+    only the first time and the same outcome is returned again.
+
+    Cancellation: propagates (the request's cancel scope decides what it means).
+    """
+
+    async def consult(index: int) -> Outcome:
+        if index == len(chain):
+            await trio.lowlevel.checkpoint()
+            return Outcome.UNAVAILABLE
+        memo: list[Outcome] = []
+
+        async def next_() -> Outcome:
+            if not memo:
+                memo.append(await consult(index + 1))
+            return memo[0]
+
+        return await chain[index].invoke(req, next_)
+
+    return await consult(0)

@@ -1,0 +1,129 @@
+"""The one JSON converter: events and wire values to and from their camelCase JSON form.
+
+Invariant: feature code encodes and decodes only through this module. Optional fields are
+*omitted* when unset (never ``null``), matching the reference ``session.jsonl`` byte for byte:
+compact separators, keys in field order, non-ASCII kept as is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.preconf.json import make_converter
+
+from ._events import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalGrant,
+    ApprovalPolicy,
+    Event,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+)
+
+__all__ = [
+    "EventDecodeError",
+    "converter",
+    "decode_event",
+    "encode_event",
+    "event_from_dict",
+    "event_to_dict",
+    "register_event_type",
+    "register_wire_type",
+]
+
+T = TypeVar("T")
+
+converter = make_converter(forbid_extra_keys=True)
+_EVENT_TYPES: dict[str, type[Event]] = {}
+
+
+class EventDecodeError(ValueError):
+    """A log line or record is not a well-formed event of a known type."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def register_wire_type(cls: type[Any]) -> None:
+    """Register an attrs class whose wire names are camelCase and whose unset fields are omitted."""
+    fields = attrs.fields(cls)
+    overrides: dict[str, Any] = {
+        f.name: override(rename=_camel(f.name), omit_if_default=True) for f in fields
+    }
+    converter.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, converter, **overrides))
+    converter.register_structure_hook(
+        cls,
+        make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **overrides),
+    )
+
+
+def register_event_type(cls: type[Event]) -> None:
+    """Make *cls* encodable and decodable under its ``TYPE`` tag."""
+    if not cls.TYPE:
+        raise ValueError(f"event class {cls.__name__} has an empty TYPE: set the wire tag")
+    existing = _EVENT_TYPES.get(cls.TYPE)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"event type {cls.TYPE!r} is already registered by {existing.__name__}")
+    register_wire_type(cls)
+    _EVENT_TYPES[cls.TYPE] = cls
+
+
+for _cls in (TurnStart, TurnEnd, ApprovalAsked, ApprovalDecided, ApprovalPolicy, ApprovalGrant):
+    register_event_type(_cls)
+register_wire_type(TurnEndReason)
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """The ``{"type": ..., "data": {...}}`` form of *event*."""
+    return {"type": event.TYPE, "data": converter.unstructure(event, type(event))}
+
+
+def encode_event(event: Event) -> str:
+    """One compact JSON line (no trailing newline), byte-compatible with the reference log."""
+    return json.dumps(event_to_dict(event), separators=(",", ":"), ensure_ascii=False)
+
+
+def event_from_dict(record: object) -> Event:
+    """Decode a ``{"type", "data"}`` mapping; raises :class:`EventDecodeError` with the cause."""
+    if not isinstance(record, dict):
+        raise EventDecodeError(f"event must be a JSON object, got {type(record).__name__}")
+    extra = set(record) - {"type", "data"}
+    if extra:
+        raise EventDecodeError(f"event has unexpected keys {sorted(extra)}: expected type and data")
+    tag = record.get("type")
+    cls = _EVENT_TYPES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        known = ", ".join(sorted(_EVENT_TYPES))
+        raise EventDecodeError(f"unknown event type {tag!r}: expected one of {known}")
+    data = record.get("data")
+    if not isinstance(data, dict):
+        raise EventDecodeError(f"event {tag!r} has no data object")
+    try:
+        return converter.structure(data, cls)
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        detail = _describe(exc)
+        raise EventDecodeError(f"malformed {tag!r} event: {detail}") from exc
+
+
+def decode_event(line: str | bytes) -> Event:
+    """Decode one JSON line produced by :func:`encode_event`."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EventDecodeError(f"not valid JSON: {exc.msg} at column {exc.colno}") from exc
+    return event_from_dict(record)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, cattrs.BaseValidationError):
+        messages = cattrs.transform_error(exc)
+        return "; ".join(messages)
+    return str(exc)

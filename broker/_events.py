@@ -1,0 +1,99 @@
+"""Session log events (spec section 2): frozen values, one class per ``type`` tag.
+
+The wire form ``{"type": ..., "data": {...}}`` with camelCase keys and omitted optional keys is
+produced only by :mod:`broker._codec`; feature code builds these classes and never dicts.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from ._vocabulary import Outcome, Policy
+
+__all__ = [
+    "ApprovalAsked",
+    "ApprovalDecided",
+    "ApprovalGrant",
+    "ApprovalPolicy",
+    "Event",
+    "TurnEnd",
+    "TurnEndReason",
+    "TurnStart",
+]
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """Base class of every logged event; ``TYPE`` is the wire tag."""
+
+    TYPE: ClassVar[str] = ""
+
+
+@attrs.frozen(kw_only=True)
+class TurnStart(Event):
+    """Opens turn number ``turn`` (1-based, per session)."""
+
+    TYPE: ClassVar[str] = "turn/start"
+    turn: int
+
+
+@attrs.frozen(kw_only=True)
+class TurnEndReason:
+    """Why a turn ended: ``completed``, ``cancelled``, ``error``, ``closed`` or ``interrupted``."""
+
+    kind: str
+
+
+@attrs.frozen(kw_only=True)
+class TurnEnd(Event):
+    """Closes turn number ``turn``."""
+
+    TYPE: ClassVar[str] = "turn/end"
+    turn: int
+    reason: TurnEndReason
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalAsked(Event):
+    """A question was put; ``id`` pairs it with exactly one :class:`ApprovalDecided`."""
+
+    TYPE: ClassVar[str] = "approval/asked"
+    id: str
+    tool_name: str
+    call_id: str | None = None
+    reason: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalDecided(Event):
+    """The answer to the :class:`ApprovalAsked` with the same ``id``.
+
+    ``remembered`` marks a remembered grant, ``policy`` the ``never`` policy (Beyond), and
+    ``recovered`` a crash tail closed by recovery (Beyond, spec 7). Each is omitted when unset.
+    """
+
+    TYPE: ClassVar[str] = "approval/decided"
+    id: str
+    outcome: Outcome
+    remembered: bool = False
+    policy: Policy | None = None
+    recovered: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalPolicy(Event):
+    """A durable policy switch; ``source="delegation"`` when seeded into a child session."""
+
+    TYPE: ClassVar[str] = "approval/policy"
+    policy: Policy
+    source: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalGrant(Event):
+    """A remembered grant of ``tool_name`` on this session (and its live descendants)."""
+
+    TYPE: ClassVar[str] = "approval/grant"
+    tool_name: str

@@ -1,0 +1,68 @@
+"""The per-session ``approvalState`` projection, folded from events (spec section 7).
+
+Its size depends on the number of distinct granted tools and of questions in flight, never on
+the number of events, so it can be checkpointed and a log reopened from checkpoint + tail.
+The fold is pure: it never dispatches a question or grants anything by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from ._events import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalGrant,
+    ApprovalPolicy,
+    Event,
+    TurnEnd,
+    TurnStart,
+)
+from ._vocabulary import Policy
+
+__all__ = ["ApprovalState", "fold", "fold_all"]
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalState:
+    """What the log says about one session's approvals.
+
+    ``turn`` is the number of the last turn started (0 before any); ``turn_open`` whether it is
+    still open; ``pending`` the ids of questions asked but not yet decided (a crash tail after a
+    restart); ``events`` how many events were folded (for checkpoint bookkeeping).
+    """
+
+    policy: Policy | None = None
+    turn: int = 0
+    turn_open: bool = False
+    grants: frozenset[str] = frozenset()
+    pending: frozenset[str] = frozenset()
+    events: int = 0
+
+
+def fold(state: ApprovalState, event: Event) -> ApprovalState:
+    """The state after *event*. Events this projection does not track only bump the count."""
+    count = state.events + 1
+    if isinstance(event, ApprovalAsked):
+        return attrs.evolve(state, pending=state.pending | {event.id}, events=count)
+    if isinstance(event, ApprovalDecided):
+        return attrs.evolve(state, pending=state.pending - {event.id}, events=count)
+    if isinstance(event, TurnStart):
+        return attrs.evolve(state, turn=event.turn, turn_open=True, events=count)
+    if isinstance(event, TurnEnd):
+        return attrs.evolve(state, turn_open=False, events=count)
+    if isinstance(event, ApprovalPolicy):
+        return attrs.evolve(state, policy=event.policy, events=count)
+    if isinstance(event, ApprovalGrant):
+        return attrs.evolve(state, grants=state.grants | {event.tool_name}, events=count)
+    return attrs.evolve(state, events=count)
+
+
+def fold_all(events: Iterable[Event], state: ApprovalState | None = None) -> ApprovalState:
+    """Fold *events* in order onto *state* (the empty state by default)."""
+    result = ApprovalState() if state is None else state
+    for event in events:
+        result = fold(result, event)
+    return result

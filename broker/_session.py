@@ -1,0 +1,370 @@
+"""The session actor: one task per open session owning its log appends, projection and nursery.
+
+Teardown order (tested in ``tests/test_session.py``; see ``design/architecture.md``):
+
+1. **stop intake** — the session stops admitting new questions, turns, grants and policy writes;
+2. **settle pending questions** — every question in flight is withdrawn (its cancel scope is
+   cancelled with reason ``session <id> closing``), settles ``cancelled``, and its
+   ``approval/decided`` is appended; bounded by the broker's ``settle_grace``;
+3. **end an open turn** — ``turn/end`` with reason kind ``closed``;
+4. **close the inbox** — the actor commits what is queued and leaves its loop;
+5. **cancel the session nursery** — the answerer channels living there end, and their
+   registrations leave the chain;
+6. **unregister** — the broker forgets the session; :meth:`Session.aclose` returns.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._agent import Agent
+from ._errors import (
+    AuditAppendError,
+    BrokerError,
+    SessionClosedError,
+    SessionCrashedError,
+    TurnError,
+)
+from ._events import Event, TurnEnd, TurnEndReason, TurnStart
+from ._projection import ApprovalState, fold
+
+if TYPE_CHECKING:
+    from ._answerers import AnswererHandle, AnswerFn
+    from ._broker import Broker
+
+__all__ = ["Session"]
+
+log = logging.getLogger("broker.session")
+
+# How many queued appends one store transaction may carry. Bounds the batch, not the inbox.
+_MAX_BATCH = 64
+# Capacity of each session's inbox: a burst beyond it waits (backpressure), never grows memory.
+_INBOX_SIZE = 64
+
+Builder = Callable[[ApprovalState], Event | None]
+
+
+class _Status(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    CRASHED = "crashed"
+
+
+@attrs.define(eq=False)
+class _Command:
+    """One conditional append: ``build`` sees the projection as of its turn in the log."""
+
+    build: Builder
+    done: trio.Event = attrs.field(factory=trio.Event)
+    event: Event | None = None
+    error: BaseException | None = None
+
+    def finish(self, event: Event | None = None, error: BaseException | None = None) -> None:
+        self.event, self.error = event, error
+        self.done.set()
+
+
+@attrs.define(eq=False, repr=False)
+class Session:
+    """An open conversation with its own durable log, projection and agent.
+
+    Created by :meth:`Broker.start_session`, :meth:`Broker.open_session` or
+    :meth:`Broker.delegate`; never construct it yourself. ``parent`` is the delegating session.
+    """
+
+    id: str
+    parent: Session | None
+    _broker: Broker
+    delegated: bool = False
+    agent: Agent = attrs.field(init=False)
+    _state: ApprovalState = attrs.field(factory=ApprovalState, init=False)
+    _status: _Status = attrs.field(default=_Status.OPEN, init=False)
+    _send: trio.MemorySendChannel[_Command] = attrs.field(init=False)
+    _recv: trio.MemoryReceiveChannel[_Command] = attrs.field(init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _batch: list[_Command] = attrs.field(factory=list, init=False)
+    # Questions past admission and not yet settled: request id -> the scope that withdraws them.
+    _flights: dict[str, trio.CancelScope] = attrs.field(factory=dict, init=False)
+    _settled: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _finished: trio.Event = attrs.field(factory=trio.Event, init=False)
+    # Answerers scoped to this session's agent, sorted by registration order.
+    _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
+    crash_cause: BaseException | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.agent = Agent(self)
+        self._send, self._recv = trio.open_memory_channel[_Command](_INBOX_SIZE)
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id} {self._status.value}>"
+
+    # -- read-only views ------------------------------------------------------------------
+
+    @property
+    def state(self) -> ApprovalState:
+        """The projection folded from every event acknowledged so far."""
+        return self._state
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the session is live: admitting questions (not closing, closed or crashed)."""
+        return self._status is _Status.OPEN
+
+    @property
+    def pending(self) -> int:
+        """How many questions of this session are between admission and settlement."""
+        return len(self._flights)
+
+    # -- turns ----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[int]:
+        """Open a turn (``turn/start``) for the block; ``turn/end`` is appended when it exits.
+
+        Yields the turn number. The end reason kind is ``completed``, or ``cancelled`` /
+        ``error`` when the block raised. Cancellation: the ``turn/end`` append is shielded and
+        bounded by the broker's ``settle_grace``, then the cancellation propagates. Raises
+        :class:`TurnError` if a turn is already open (turns do not nest).
+        """
+
+        def start(state: ApprovalState) -> Event:
+            if state.turn_open:
+                raise TurnError(
+                    f"session.turn() while turn {state.turn} is open: turns do not nest; "
+                    "end the current turn before starting another"
+                )
+            return TurnStart(turn=state.turn + 1)
+
+        started = await self._append(start)
+        assert isinstance(started, TurnStart)
+        number = started.turn
+        kind = "completed"
+        try:
+            yield number
+        except trio.Cancelled:
+            kind = "cancelled"
+            raise
+        except BaseException:
+            kind = "error"
+            raise
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(self._broker.settle_grace):
+                await self._end_turn(number, kind)
+
+    async def _end_turn(self, number: int, kind: str) -> None:
+        def end(state: ApprovalState) -> Event | None:
+            if state.turn_open and state.turn == number:
+                return TurnEnd(turn=number, reason=TurnEndReason(kind=kind))
+            return None  # already ended, e.g. by the session closing
+
+        try:
+            await self._append(end, internal=True)
+        except SessionClosedError:
+            # The session ended without us: it closed the turn itself, or it crashed and
+            # recovery will close it (``interrupted``) when the log is reopened.
+            log.debug("turn %d of session %s left to the session's teardown", number, self.id)
+
+    # -- tasks and answerer channels owned by the session ---------------------------------
+
+    async def start(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """Start *async_fn* in the session's nursery, like :meth:`trio.Nursery.start`.
+
+        The task lives until it returns or the session closes (its nursery is cancelled at
+        step 5 of the teardown). If it raises, the session crashes — the other sessions do not.
+        Cancellation: as :meth:`trio.Nursery.start`.
+        """
+        nursery = self._require_nursery()
+        return await nursery.start(async_fn, *args)
+
+    def start_soon(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Start *async_fn* in the session's nursery, like :meth:`trio.Nursery.start_soon`."""
+        self._require_nursery().start_soon(async_fn, *args)
+
+    async def start_answerer(self, fn: AnswerFn, *, prepend: bool = False) -> AnswererHandle:
+        """Register *fn* for this session's agent, held by a task in the session's nursery.
+
+        The answerer lives until ``handle.close()`` or the session closes. Cancellation: as
+        :meth:`start`; if cancelled before it started, nothing is registered.
+        """
+        handle: AnswererHandle = await self.start(
+            self._broker._hold_answerer, fn, self.agent, prepend
+        )
+        return handle
+
+    def _require_nursery(self) -> trio.Nursery:
+        if self._nursery is None or not self.is_open:
+            raise self._closed_error("start a task in")
+        return self._nursery
+
+    # -- the actor ------------------------------------------------------------------------
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The actor task; lives in the broker's root nursery. Never raises an Exception."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await self._serve_log()
+                nursery.cancel_scope.cancel(reason=f"session {self.id} closed")
+        except Exception as exc:
+            # Containment: a crash of this session's loop or of a task in its nursery ends this
+            # session only; the broker's root nursery never sees it.
+            self.crash_cause = exc
+            self._status = _Status.CRASHED
+            log.error(
+                "session %s crashed; its pending questions are left for recovery",
+                self.id,
+                exc_info=exc,
+            )
+        finally:
+            self._finalise()
+
+    async def _serve_log(self) -> None:
+        while True:
+            try:
+                first = await self._recv.receive()
+            except trio.EndOfChannel:
+                return
+            batch = self._batch = [first]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    batch.append(self._recv.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            await self._commit(batch)
+            self._batch = []
+
+    async def _commit(self, batch: list[_Command]) -> None:
+        state = self._state
+        accepted: list[tuple[_Command, Event]] = []
+        for command in batch:
+            try:
+                event = command.build(state)
+            except BrokerError as exc:  # a precondition (turn, policy) refused this one append
+                command.finish(error=exc)
+                continue
+            if event is None:
+                command.finish()
+                continue
+            state = fold(state, event)
+            accepted.append((command, event))
+        if not accepted:
+            return
+        try:
+            await self._broker.store.append(self.id, [event for _, event in accepted])
+        except Exception as exc:
+            # Containment: a failed append fails exactly the commands of this transaction; the
+            # projection is unchanged and the actor stays usable for later appends.
+            for command, event in accepted:
+                error = AuditAppendError(
+                    f"could not append {event.TYPE} to session {self.id}: {exc}"
+                )
+                error.__cause__ = exc
+                command.finish(error=error)
+            return
+        self._state = state
+        for command, event in accepted:
+            command.finish(event)
+
+    def _finalise(self) -> None:
+        if self._status is not _Status.CRASHED:
+            self._status = _Status.CLOSED
+        self._send.close()
+        leftovers = list(self._batch)
+        while True:
+            try:
+                leftovers.append(self._recv.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+        self._recv.close()
+        for command in leftovers:
+            if not command.done.is_set():
+                command.finish(error=self._closed_error("append to"))
+        for scope in self._flights.values():
+            scope.cancel(reason=f"session {self.id} {self._status.value}")
+        for handle in list(self._answerers):
+            handle.close(reason=f"session {self.id} {self._status.value}")
+        self._broker._forget(self)
+        self._finished.set()
+
+    # -- appends --------------------------------------------------------------------------
+
+    async def _append(self, build: Builder, *, internal: bool = False) -> Event | None:
+        """Queue one conditional append and wait until it is durable (or refused).
+
+        ``internal`` appends (a pending question's decision, a turn end) are still taken while
+        the session is closing. Cancellation: the append may still land — it is queued.
+        """
+        admitted = self._status is _Status.OPEN or (internal and self._status is _Status.CLOSING)
+        if not admitted:
+            raise self._closed_error("append to")
+        command = _Command(build)
+        try:
+            await self._send.send(command)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise self._closed_error("append to") from None
+        await command.done.wait()
+        if command.error is not None:
+            raise command.error
+        return command.event
+
+    # -- questions in flight --------------------------------------------------------------
+
+    def _admit(self, request_id: str) -> trio.CancelScope:
+        if self._status is not _Status.OPEN:
+            raise self._closed_error("ask in", parameter="req.agent")
+        scope = trio.CancelScope()
+        self._flights[request_id] = scope
+        return scope
+
+    def _settle(self, request_id: str) -> None:
+        self._flights.pop(request_id, None)
+        if not self._flights and self._status is _Status.CLOSING:
+            self._settled.set()
+
+    # -- teardown -------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the session in the documented order (module docstring). Idempotent.
+
+        Cancellation: the teardown is shielded; each waiting step is bounded by the broker's
+        ``settle_grace``, so closing never hangs on a stuck answerer or store.
+        """
+        with trio.CancelScope(shield=True):
+            if self._status is _Status.OPEN:
+                self._status = _Status.CLOSING
+                with trio.move_on_after(self._broker.settle_grace):
+                    for scope in self._flights.values():
+                        scope.cancel(reason=f"session {self.id} closing")
+                    if self._flights:
+                        await self._settled.wait()
+                    if self._state.turn_open:
+                        await self._end_turn(self._state.turn, "closed")
+                self._send.close()
+            with trio.move_on_after(self._broker.settle_grace):
+                await self._finished.wait()
+        await trio.lowlevel.checkpoint_if_cancelled()
+
+    async def wait_closed(self) -> None:
+        """Wait until the session's actor has finished. Cancellation: just stops waiting."""
+        await self._finished.wait()
+
+    def _closed_error(self, action: str, parameter: str = "session") -> SessionClosedError:
+        if self._status is _Status.CRASHED:
+            return SessionCrashedError(
+                f"{parameter} belongs to session {self.id}, which crashed "
+                f"({type(self.crash_cause).__name__}: {self.crash_cause}): cannot {action} it; "
+                "open a new session"
+            )
+        return SessionClosedError(
+            f"{parameter} belongs to session {self.id}, which is {self._status.value}: "
+            f"cannot {action} it; use an open session"
+        )

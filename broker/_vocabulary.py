@@ -1,0 +1,53 @@
+"""The closed vocabularies: outcomes, policies and delegation modes.
+
+Every value here is a :class:`enum.StrEnum` whose string values are part of the wire and log
+contract (spec sections 1, 5 and 8.5), so ``Outcome.ALLOWED_ONCE == "allowed-once"``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Delegation", "Outcome", "Policy", "parse_policy"]
+
+
+class Outcome(enum.StrEnum):
+    """How one approval question ended. Only :attr:`ALLOWED_ONCE` lets an action run."""
+
+    ALLOWED_ONCE = "allowed-once"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    UNAVAILABLE = "unavailable"
+
+
+class Policy(enum.StrEnum):
+    """Whether a session's approval questions reach an answerer at all."""
+
+    ASK = "ask"
+    NEVER = "never"
+
+
+class Delegation(enum.StrEnum):
+    """How a delegated child session's approval policy is seeded (spec 8.5)."""
+
+    PIN_NEVER = "pin-never"
+    INHERIT = "inherit"
+
+
+POLICY_ERROR = 'approval policy must be one of "ask" or "never"'
+
+
+def parse_policy(value: object) -> Policy:
+    """Validate *value* against the closed policy list.
+
+    Raises :class:`ValueError` (for a string outside the list) or :class:`TypeError` (for a
+    non-string) with the spec's exact message.
+    """
+    if isinstance(value, Policy):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(POLICY_ERROR)
+    try:
+        return Policy(value)
+    except ValueError:
+        raise ValueError(POLICY_ERROR) from None
