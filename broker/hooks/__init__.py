@@ -1,0 +1,12 @@
+"""Claude Code ``PreToolUse`` command hooks as a fail-closed pre-execute gate (spec 8.3)."""
+
+from ._bridge import DEFAULT_DENY_REASON as DEFAULT_DENY_REASON
+from ._bridge import HookBridge as HookBridge
+from ._bridge import HookCall as HookCall
+from ._runner import OUTPUT_CAP as OUTPUT_CAP
+from ._runner import HookVerdict as HookVerdict
+from ._settings import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
+from ._settings import CommandHook as CommandHook
+from ._settings import HookMatcher as HookMatcher
+from ._settings import HookSettings as HookSettings
+from ._settings import HookSettingsError as HookSettingsError
