@@ -124,6 +124,10 @@ def decode_event(line: str | bytes) -> Event:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, cattrs.BaseValidationError):
-        messages = cattrs.transform_error(exc)
+        # cattrs names attributes by their Python names; the reader knows the wire names.
+        messages = []
+        for message in cattrs.transform_error(exc):
+            text, sep, path = message.rpartition(" @ ")
+            messages.append(f"{text}{sep}{_camel(path)}" if sep else message)
         return "; ".join(messages)
     return str(exc)

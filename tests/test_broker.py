@@ -210,9 +210,11 @@ async def test_delegation_with_next_runs_down_to_unavailable(
 
         return answer
 
-    async with approval_broker.answerer(delegating("a")), approval_broker.answerer(
-        delegating("b")
-    ), approval_session.turn():
+    async with (
+        approval_broker.answerer(delegating("a")),
+        approval_broker.answerer(delegating("b")),
+        approval_session.turn(),
+    ):
         assert await approval_broker.request(req(approval_session)) is Outcome.UNAVAILABLE
     assert calls == ["a", "b"]
 

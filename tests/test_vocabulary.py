@@ -1,0 +1,32 @@
+"""The closed vocabularies and the policy validator."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker import Delegation, Outcome, Policy
+from broker._vocabulary import parse_policy
+
+
+def test_outcome_vocabulary_is_exactly_the_four_values() -> None:
+    assert [o.value for o in Outcome] == ["allowed-once", "rejected", "cancelled", "unavailable"]
+    assert Outcome.ALLOWED_ONCE == "allowed-once"
+
+
+def test_policy_and_delegation_values() -> None:
+    assert [p.value for p in Policy] == ["ask", "never"]
+    assert [d.value for d in Delegation] == ["pin-never", "inherit"]
+
+
+def test_parse_policy_accepts_the_closed_list() -> None:
+    assert parse_policy("ask") is Policy.ASK
+    assert parse_policy(Policy.NEVER) is Policy.NEVER
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [("Never", ValueError), (" ask", ValueError), (None, TypeError), (b"ask", TypeError)],
+)
+def test_parse_policy_refuses_everything_else(value: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match=r'^approval policy must be one of "ask" or "never"$'):
+        parse_policy(value)
