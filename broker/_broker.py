@@ -211,16 +211,6 @@ class Broker:
         The answerer lives as long as this task: until it is cancelled or ``handle.close()``
         is called (the task then returns). Cancellation: the answerer leaves the chain at once.
         """
-        await self._hold_answerer(fn, scope, prepend, task_status=task_status)
-
-    async def _hold_answerer(
-        self,
-        fn: AnswerFn,
-        scope: Agent | None,
-        prepend: bool,
-        *,
-        task_status: trio.TaskStatus[AnswererHandle] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
         handle = self._register(fn, scope, prepend)
         try:
             task_status.started(handle)
@@ -280,7 +270,8 @@ class Broker:
                 await session._append(ask)
                 outcome, remembered, by_policy = await self._decide(req, session, flight)
             except trio.Cancelled:
-                await self._record_cancelled(session, request_id)
+                with trio.CancelScope(shield=True), trio.move_on_after(self.settle_grace):
+                    await self._record_cancelled(session, request_id)
                 raise
             decided = ApprovalDecided(
                 id=request_id,
@@ -336,20 +327,21 @@ class Broker:
             return Outcome.CANCELLED, False, False
         return outcome, False, False
 
-    async def _record_cancelled(self, session: Session, request_id: str) -> None:
+    async def _record_cancelled(  # noqa: ASYNC910 (runs shielded, after a checkpoint)
+        self, session: Session, request_id: str
+    ) -> None:
         decided = ApprovalDecided(id=request_id, outcome=Outcome.CANCELLED)
 
         def settle(state: ApprovalState) -> Event | None:
             # The asked append is FIFO before us; if it never landed there is nothing to pair.
             return decided if request_id in state.pending else None
 
-        with trio.CancelScope(shield=True), trio.move_on_after(self.settle_grace):
-            try:
-                await session._append(settle, internal=True)
-            except (SessionClosedError, TurnError):
-                log.warning(
-                    "question %s of session %s left unpaired for recovery", request_id, session.id
-                )
+        try:
+            await session._append(settle, internal=True)
+        except (SessionClosedError, TurnError):
+            log.warning(
+                "question %s of session %s left unpaired for recovery", request_id, session.id
+            )
 
     # -- policy (spec 5) ------------------------------------------------------------------
 
@@ -469,7 +461,7 @@ class Broker:
                 for session in list(self._sessions.values()):
                     closers.start_soon(session.aclose)
         self._nursery.cancel_scope.cancel(reason="broker closed")
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await trio.lowlevel.checkpoint()
 
 
 def _aborted(signal: AbortSignal | trio.Event | None) -> bool:

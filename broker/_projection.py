@@ -44,20 +44,29 @@ class ApprovalState:
 
 def fold(state: ApprovalState, event: Event) -> ApprovalState:
     """The state after *event*. Events this projection does not track only bump the count."""
-    count = state.events + 1
+    # Direct construction instead of attrs.evolve: this runs twice per question, on the hot path.
+    policy, turn, turn_open = state.policy, state.turn, state.turn_open
+    grants, pending = state.grants, state.pending
     if isinstance(event, ApprovalAsked):
-        return attrs.evolve(state, pending=state.pending | {event.id}, events=count)
-    if isinstance(event, ApprovalDecided):
-        return attrs.evolve(state, pending=state.pending - {event.id}, events=count)
-    if isinstance(event, TurnStart):
-        return attrs.evolve(state, turn=event.turn, turn_open=True, events=count)
-    if isinstance(event, TurnEnd):
-        return attrs.evolve(state, turn_open=False, events=count)
-    if isinstance(event, ApprovalPolicy):
-        return attrs.evolve(state, policy=event.policy, events=count)
-    if isinstance(event, ApprovalGrant):
-        return attrs.evolve(state, grants=state.grants | {event.tool_name}, events=count)
-    return attrs.evolve(state, events=count)
+        pending = pending | {event.id}
+    elif isinstance(event, ApprovalDecided):
+        pending = pending - {event.id}
+    elif isinstance(event, TurnStart):
+        turn, turn_open = event.turn, True
+    elif isinstance(event, TurnEnd):
+        turn_open = False
+    elif isinstance(event, ApprovalPolicy):
+        policy = event.policy
+    elif isinstance(event, ApprovalGrant):
+        grants = grants | {event.tool_name}
+    return ApprovalState(
+        policy=policy,
+        turn=turn,
+        turn_open=turn_open,
+        grants=grants,
+        pending=pending,
+        events=state.events + 1,
+    )
 
 
 def fold_all(events: Iterable[Event], state: ApprovalState | None = None) -> ApprovalState:

@@ -16,8 +16,9 @@ Teardown order (tested in ``tests/test_session.py``; see ``design/architecture.m
 from __future__ import annotations
 
 import enum
+import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -98,9 +99,15 @@ class Session:
     # Answerers scoped to this session's agent, sorted by registration order.
     _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     crash_cause: BaseException | None = attrs.field(default=None, init=False)
+    _append_nowait: Callable[[str, Sequence[Event]], None] | None = attrs.field(
+        default=None, init=False
+    )
 
     def __attrs_post_init__(self) -> None:
         self.agent = Agent(self)
+        # A store that acknowledges synchronously (in memory) is appended to without a
+        # scheduling pass; a durable store is awaited.
+        self._append_nowait = getattr(self._broker.store, "append_nowait", None)
         self._send, self._recv = trio.open_memory_channel[_Command](_INBOX_SIZE)
 
     def __repr__(self) -> str:
@@ -159,7 +166,9 @@ class Session:
             with trio.CancelScope(shield=True), trio.move_on_after(self._broker.settle_grace):
                 await self._end_turn(number, kind)
 
-    async def _end_turn(self, number: int, kind: str) -> None:
+    async def _end_turn(  # noqa: ASYNC910 (a teardown step; its callers checkpoint)
+        self, number: int, kind: str
+    ) -> None:
         def end(state: ApprovalState) -> Event | None:
             if state.turn_open and state.turn == number:
                 return TurnEnd(turn=number, reason=TurnEndReason(kind=kind))
@@ -194,9 +203,10 @@ class Session:
         The answerer lives until ``handle.close()`` or the session closes. Cancellation: as
         :meth:`start`; if cancelled before it started, nothing is registered.
         """
-        handle: AnswererHandle = await self.start(
-            self._broker._hold_answerer, fn, self.agent, prepend
+        serve = functools.partial(
+            self._broker.serve_answerer, fn, scope=self.agent, prepend=prepend
         )
+        handle: AnswererHandle = await self.start(serve)
         return handle
 
     def _require_nursery(self) -> trio.Nursery:
@@ -206,7 +216,9 @@ class Session:
 
     # -- the actor ------------------------------------------------------------------------
 
-    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _run(  # noqa: ASYNC910 (the actor task; its loop checkpoints)
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """The actor task; lives in the broker's root nursery. Never raises an Exception."""
         try:
             async with trio.open_nursery() as nursery:
@@ -227,12 +239,12 @@ class Session:
         finally:
             self._finalise()
 
-    async def _serve_log(self) -> None:
+    async def _serve_log(self) -> None:  # noqa: ASYNC910 (returns only at end of channel)
         while True:
             try:
                 first = await self._recv.receive()
             except trio.EndOfChannel:
-                return
+                return  # noqa: ASYNC910 (receive() checkpointed before raising)
             batch = self._batch = [first]
             while len(batch) < _MAX_BATCH:
                 try:
@@ -242,7 +254,8 @@ class Session:
             await self._commit(batch)
             self._batch = []
 
-    async def _commit(self, batch: list[_Command]) -> None:
+    # No checkpoint of its own: with a synchronous store the actor's receive is its checkpoint.
+    async def _commit(self, batch: list[_Command]) -> None:  # noqa: ASYNC910
         state = self._state
         accepted: list[tuple[_Command, Event]] = []
         for command in batch:
@@ -257,9 +270,13 @@ class Session:
             state = fold(state, event)
             accepted.append((command, event))
         if not accepted:
-            return
+            return  # noqa: ASYNC910 (see above)
+        events = [event for _, event in accepted]
         try:
-            await self._broker.store.append(self.id, [event for _, event in accepted])
+            if self._append_nowait is not None:
+                self._append_nowait(self.id, events)
+            else:
+                await self._broker.store.append(self.id, events)
         except Exception as exc:
             # Containment: a failed append fails exactly the commands of this transaction; the
             # projection is unchanged and the actor stays usable for later appends.
@@ -269,7 +286,7 @@ class Session:
                 )
                 error.__cause__ = exc
                 command.finish(error=error)
-            return
+            return  # noqa: ASYNC910 (see above)
         self._state = state
         for command, event in accepted:
             command.finish(event)
@@ -308,7 +325,12 @@ class Session:
             raise self._closed_error("append to")
         command = _Command(build)
         try:
-            await self._send.send(command)
+            try:
+                # Fast path: room in the inbox, no extra scheduling pass; the wait below is
+                # this call's checkpoint.
+                self._send.send_nowait(command)
+            except trio.WouldBlock:
+                await self._send.send(command)  # backpressure: the inbox is bounded
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self._closed_error("append to") from None
         await command.done.wait()
@@ -341,7 +363,7 @@ class Session:
         with trio.CancelScope(shield=True):
             if self._status is _Status.OPEN:
                 self._status = _Status.CLOSING
-                with trio.move_on_after(self._broker.settle_grace):
+                with trio.move_on_after(self._broker.settle_grace):  # noqa: ASYNC912
                     for scope in self._flights.values():
                         scope.cancel(reason=f"session {self.id} closing")
                     if self._flights:
@@ -351,7 +373,7 @@ class Session:
                 self._send.close()
             with trio.move_on_after(self._broker.settle_grace):
                 await self._finished.wait()
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await trio.lowlevel.checkpoint()
 
     async def wait_closed(self) -> None:
         """Wait until the session's actor has finished. Cancellation: just stops waiting."""

@@ -22,7 +22,7 @@ package does not.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
@@ -58,6 +58,10 @@ DELEGATE = _Delegate()
 Step: TypeAlias = Outcome | _Delegate | Callable[["ApprovalRequest"], Awaitable[Outcome]]
 
 
+def _steps(steps: Iterable[Step]) -> deque[Step]:
+    return deque(steps)
+
+
 @attrs.define(eq=False)
 class ScriptedAnswerer:
     """An answerer that replays a script: one step per question, in order.
@@ -69,7 +73,7 @@ class ScriptedAnswerer:
     spec section 9; :meth:`check` (called by the fixture at teardown) then fails the test.
     """
 
-    script: deque[Step] = attrs.field(factory=deque, converter=deque)
+    script: deque[Step] = attrs.field(factory=deque, converter=_steps)
     asked: list[ApprovalRequest] = attrs.field(factory=list, init=False)
     unexpected: list[ApprovalRequest] = attrs.field(factory=list, init=False)
 

@@ -112,11 +112,11 @@ async def test_no_answerer_is_unavailable_with_a_matching_pair(
     assert uuid.UUID(asked.id).version == 4
     line_asked, line_decided = lines_of(approval_broker, approval_session)[1:3]
     assert line_asked == (
-        '{"type":"approval/asked","data":{"id":"%s","toolName":"bash","callId":"call_00_1",'
-        '"reason":"write escalated.txt"}}' % asked.id
+        f'{{"type":"approval/asked","data":{{"id":"{asked.id}","toolName":"bash",'
+        '"callId":"call_00_1","reason":"write escalated.txt"}}'
     )
     assert line_decided == (
-        '{"type":"approval/decided","data":{"id":"%s","outcome":"unavailable"}}' % asked.id
+        f'{{"type":"approval/decided","data":{{"id":"{asked.id}","outcome":"unavailable"}}}}'
     )
 
 

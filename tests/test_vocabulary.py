@@ -10,7 +10,7 @@ from broker._vocabulary import parse_policy
 
 def test_outcome_vocabulary_is_exactly_the_four_values() -> None:
     assert [o.value for o in Outcome] == ["allowed-once", "rejected", "cancelled", "unavailable"]
-    assert Outcome.ALLOWED_ONCE == "allowed-once"
+    assert str(Outcome.ALLOWED_ONCE) == "allowed-once"
 
 
 def test_policy_and_delegation_values() -> None:

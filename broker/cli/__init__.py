@@ -6,13 +6,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from . import _demo, _log
+
 __all__ = ["main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one sub-command per feature module."""
-    from . import _demo, _log
-
     parser = argparse.ArgumentParser(prog="broker", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo.register(sub)

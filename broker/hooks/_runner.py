@@ -80,7 +80,9 @@ class _Capped:
         return self.data.decode("utf-8", errors="replace")
 
 
-async def _feed(stream: trio.abc.SendStream, payload: bytes) -> None:
+async def _feed(  # noqa: ASYNC910 (a child task; a broken pipe ends it at once)
+    stream: trio.abc.SendStream, payload: bytes
+) -> None:
     """Write the event JSON and close stdin; a hook that exits without reading it is fine."""
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
         await stream.send_all(payload)
@@ -141,6 +143,7 @@ async def run_hook(
         why = (exc.strerror or type(exc).__name__).lower()
         if exc.filename is not None:
             why += f": {exc.filename}"
+        await trio.lowlevel.checkpoint()
         return _failed(hook, f"could not be started: {why}")
     assert process.stdin is not None
     assert process.stdout is not None

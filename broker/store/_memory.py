@@ -40,6 +40,10 @@ class MemoryStore:
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
         """Append *events*. Cancellation: a plain checkpoint first; appended iff it returns."""
         await trio.lowlevel.checkpoint()
+        self.append_nowait(session_id, events)
+
+    def append_nowait(self, session_id: str, events: Sequence[Event]) -> None:
+        """Synchronous twin of :meth:`append`: this store acknowledges at once."""
         self._check_open()
         if self.fail_appends is not None:
             raise StoreError(self.fail_appends)

@@ -43,6 +43,10 @@ class EventStore(Protocol):
         way; the service shields this call.
         """
 
+    # Optional: a store that can acknowledge synchronously may also define
+    # ``append_nowait(session_id, events) -> None`` with the same contract as :meth:`append`;
+    # session actors then append without a scheduling pass.
+
     async def load_state(self, session_id: str) -> ApprovalState:
         """The folded projection of *session_id*'s log (a store may start from a checkpoint).
 

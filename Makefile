@@ -1,0 +1,54 @@
+# Two commands do everything on a fresh machine (only Python needed):
+#   make demo   - the main job: a scripted session on the embedded defaults
+#   make test   - the test suite
+# Each creates .venv and installs what it needs on first use.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# flake8-async: the library must checkpoint in every async function (ASYNC910/911/912, house
+# rule 3). Tests and benches are exempt from those and from ASYNC124 (async without await):
+# their answerer stubs deliberately answer without yielding, a case the broker must handle.
+STARTABLE   := serve_answerer,serve_broker,start_answerer,_run,session_task
+ASYNC_LIB   := --disable=ASYNC124 --startable-in-context-manager=$(STARTABLE)
+ASYNC_TESTS := --disable=ASYNC124,ASYNC910,ASYNC911,ASYNC912 \
+  --startable-in-context-manager=$(STARTABLE)
+
+.PHONY: demo test lint bench bench-quick system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# bubblewrap is the real sandbox of the bash tool; install it once when missing.
+system-deps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  echo "installing bubblewrap (Debian package) ..."; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
+
+demo: $(STAMP) system-deps
+	$(VENV)/bin/broker demo --answer allow
+
+test: $(STAMP) system-deps
+	$(PY) -W error -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/flake8-async $(ASYNC_LIB) $$(git ls-files 'broker/*.py')
+	$(VENV)/bin/flake8-async $(ASYNC_TESTS) $$(git ls-files 'tests/*.py' 'bench/*.py')
+
+bench: $(STAMP) system-deps
+	$(PY) -W error bench/bench_latency.py
+
+bench-quick: $(STAMP) system-deps
+	$(PY) -W error bench/bench_latency.py --quick
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

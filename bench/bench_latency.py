@@ -1,0 +1,89 @@
+"""Ask round-trip latency through the broker vs a bare trio memory-channel round trip.
+
+    python bench/bench_latency.py [--quick] [--rounds N]
+
+Both are measured in the same process, interleaved in alternating blocks so drift on a shared
+machine hits both alike. The broker side is a full ``request()``: validation, the
+``approval/asked`` append acknowledged by the session actor (in-memory store), the answerer
+waterfall with one answerer that answers at once, and the acknowledged ``approval/decided``.
+The baseline is the floor any actor design pays: one request/response over two trio memory
+channels to another task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _stats import summary_us
+
+from broker import AnswerNext, ApprovalRequest, MemoryStore, Outcome, open_broker
+
+
+async def bare_round_trips(rounds: int, out: list[int]) -> None:
+    """Request/response with another task over two bounded memory channels."""
+    to_server, server_inbox = trio.open_memory_channel[int](1)
+    to_client, client_inbox = trio.open_memory_channel[int](1)
+
+    async def server() -> None:
+        async for value in server_inbox:
+            await to_client.send(value)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server)
+        for i in range(rounds):
+            start = time.perf_counter_ns()
+            await to_server.send(i)
+            await client_inbox.receive()
+            out.append(time.perf_counter_ns() - start)
+        await to_server.aclose()
+
+
+async def answer_at_once(_req: ApprovalRequest, _next: AnswerNext) -> Outcome:
+    return Outcome.ALLOWED_ONCE
+
+
+async def main(rounds: int, blocks: int) -> int:
+    bare: list[int] = []
+    broker_ns: list[int] = []
+    async with open_broker(store=MemoryStore()) as broker:
+        async with broker.answerer(answer_at_once), broker.open_session() as session:
+            async with session.turn():
+                request = ApprovalRequest(agent=session.agent, tool_name="bash")
+                # Warm-up, not measured.
+                await bare_round_trips(200, [])
+                for _ in range(200):
+                    await broker.request(request)
+                per_block = max(1, rounds // blocks)
+                for _ in range(blocks):
+                    await bare_round_trips(per_block, bare)
+                    for _ in range(per_block):
+                        start = time.perf_counter_ns()
+                        outcome = await broker.request(request)
+                        broker_ns.append(time.perf_counter_ns() - start)
+                        assert outcome is Outcome.ALLOWED_ONCE
+            # Keep the in-memory log from dominating memory on long runs.
+            assert isinstance(broker.store, MemoryStore)
+    b, r = summary_us(bare), summary_us(broker_ns)
+    ratio = r["p50"] / b["p50"]
+    print(f"ask latency, {len(broker_ns)} asks (in-memory store, answerer answers at once)")
+    print(f"{'':24}{'p50 µs':>10}{'p90 µs':>10}{'p99 µs':>10}")
+    print(f"{'bare channel round trip':24}{b['p50']:10.2f}{b['p90']:10.2f}{b['p99']:10.2f}")
+    print(f"{'broker.request()':24}{r['p50']:10.2f}{r['p90']:10.2f}{r['p99']:10.2f}")
+    verdict = "met" if ratio <= 3.0 else "NOT met"
+    print(f"ratio p50 broker/bare: {ratio:.2f}x (target <= 3x: {verdict})")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run for CI")
+    parser.add_argument("--rounds", type=int, default=None, help="asks to measure")
+    args = parser.parse_args()
+    rounds = args.rounds or (2_000 if args.quick else 20_000)
+    sys.exit(trio.run(main, rounds, 10))
