@@ -4,9 +4,10 @@ An answerer is ``async def answer(req, next) -> Outcome``: it claims the single 
 returning an outcome, or delegates with ``return await next()``. The end of the chain is
 ``unavailable``, so zero answerers fail closed without configuration.
 
-Containment (house rule 8): an answerer that raises an :class:`Exception`, returns a value
-outside the vocabulary, or whose registration ends while it is answering yields
-``unavailable``. ``trio.Cancelled`` and other ``BaseException`` s propagate.
+Containment (house rule 8): an answerer that raises an :class:`Exception` or returns a value
+outside the vocabulary yields ``unavailable``; one whose registration ends while it is answering
+withdraws the question, which then fails closed as ``unavailable``. ``trio.Cancelled`` and
+other ``BaseException`` s propagate.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import attrs
 import trio
 
+from ._flight import Flight, Withdrawal
 from ._vocabulary import Outcome
 
 if TYPE_CHECKING:
@@ -48,7 +50,7 @@ class AnswererHandle:
     scope: Agent | None
     order: int
     _registry: list[AnswererHandle]
-    _inflight: set[trio.CancelScope] = attrs.field(factory=set, init=False)
+    _inflight: set[Flight] = attrs.field(factory=set, init=False)
     _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __repr__(self) -> str:
@@ -63,15 +65,15 @@ class AnswererHandle:
         return self._closed.is_set()
 
     def close(self, reason: str = "answerer closed") -> None:
-        """Leave the chain and withdraw in-flight questions from this answerer. Idempotent."""
+        """Leave the chain and withdraw the questions this answerer is working on. Idempotent."""
         if self._closed.is_set():
             return
         self._closed.set()
         index = bisect.bisect_left(self._registry, self.order, key=_order)
         if index < len(self._registry) and self._registry[index] is self:
             del self._registry[index]
-        for scope in self._inflight:
-            scope.cancel(reason=reason)
+        for flight in list(self._inflight):
+            flight.withdraw(Withdrawal.ANSWERER_LOST, reason)
 
     async def wait_closed(self) -> None:
         """Wait until :meth:`close` has been called. Cancellation: just stops waiting."""
@@ -80,27 +82,26 @@ class AnswererHandle:
     # Checkpoints: request() always checkpoints on its audit appends; one more here would
     # cost a scheduling pass per question, so an answerer that never yields is not forced to.
     async def invoke(  # noqa: ASYNC910
-        self, req: ApprovalRequest, next_: AnswerNext
+        self, req: ApprovalRequest, next_: AnswerNext, flight: Flight
     ) -> Outcome:
         """Ask this answerer, containing its failures as ``unavailable``.
 
-        Cancellation: the caller's cancellation propagates; this handle's own closing is
-        contained and yields ``unavailable``. Does not checkpoint unless the answerer does.
+        While the answerer works, closing this handle withdraws *flight* (cause
+        ``ANSWERER_LOST``), so the whole question fails closed — a gate that delegated to it
+        cannot turn its loss into an allow. Cancellation: propagates. Does not checkpoint
+        unless the answerer does.
         """
         if self.closed:
             await trio.lowlevel.checkpoint()
             return Outcome.UNAVAILABLE
-        with trio.CancelScope() as scope:  # noqa: ASYNC912 (the answerer's awaits are its points)
-            self._inflight.add(scope)
-            try:
-                result: object = await self.fn(req, next_)
-            except Exception:
-                log.warning("answerer %r failed; the question fails closed", self, exc_info=True)
-                return Outcome.UNAVAILABLE  # noqa: ASYNC910 (see above)
-            finally:
-                self._inflight.discard(scope)
-        if scope.cancel_called or self.closed:
-            return Outcome.UNAVAILABLE
+        self._inflight.add(flight)
+        try:
+            result: object = await self.fn(req, next_)
+        except Exception:
+            log.warning("answerer %r failed; the question fails closed", self, exc_info=True)
+            return Outcome.UNAVAILABLE  # noqa: ASYNC910 (see above)
+        finally:
+            self._inflight.discard(flight)
         return _normalise(result, self)
 
 
@@ -122,7 +123,9 @@ def insert_handle(registry: list[AnswererHandle], handle: AnswererHandle) -> Non
     bisect.insort(registry, handle, key=_order)
 
 
-async def run_waterfall(req: ApprovalRequest, chain: Sequence[AnswererHandle]) -> Outcome:
+async def run_waterfall(
+    req: ApprovalRequest, chain: Sequence[AnswererHandle], flight: Flight
+) -> Outcome:
     """Consult *chain* in order; the first answer wins, the end of the chain is ``unavailable``.
 
     ``next()`` may be awaited more than once by an answerer: the rest of the chain is consulted
@@ -144,6 +147,6 @@ async def run_waterfall(req: ApprovalRequest, chain: Sequence[AnswererHandle]) -
             await trio.lowlevel.checkpoint()
             return memo[0]
 
-        return await chain[index].invoke(req, next_)  # noqa: ASYNC910 (see invoke)
+        return await chain[index].invoke(req, next_, flight)  # noqa: ASYNC910 (see invoke)
 
     return await consult(0)

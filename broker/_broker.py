@@ -16,6 +16,8 @@ from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle, run_waterfall
 from ._errors import BrokerClosedError, SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, ApprovalGrant, ApprovalPolicy, Event
+from ._flight import Flight, Withdrawal
+from ._ids import new_id
 from ._projection import ApprovalState
 from ._request import ApprovalRequest
 from ._session import Session
@@ -254,7 +256,7 @@ class Broker:
             )
         self._check_agent(req.agent, "req.agent")
         session = req.agent.session
-        request_id = str(uuid.uuid4())
+        request_id = new_id()
         asked = ApprovalAsked(
             id=request_id, tool_name=req.tool_name, call_id=req.call_id, reason=req.reason
         )
@@ -285,14 +287,16 @@ class Broker:
             session._settle(request_id)
 
     async def _decide(
-        self, req: ApprovalRequest, session: Session, flight: trio.CancelScope
+        self, req: ApprovalRequest, session: Session, flight: Flight
     ) -> tuple[Outcome, bool, bool]:
         """Steps 3.1–3.5: (outcome, remembered, decided by the never policy). Never raises
         anything but the caller's own :class:`trio.Cancelled`."""
         signal = req.signal
-        if flight.cancel_called or _aborted(signal):
+        if flight.cause is None and _aborted(signal):
+            flight.withdraw(Withdrawal.ABORTED, "before the question was put")
+        if flight.cause is not None:
             await trio.lowlevel.checkpoint()
-            return Outcome.CANCELLED, False, False
+            return _settled_by(flight.cause), False, False
         if self.effective_policy(session) is Policy.NEVER:
             await trio.lowlevel.checkpoint()
             return Outcome.REJECTED, False, True
@@ -302,29 +306,31 @@ class Broker:
         chain = self._chain_for(req)
         outcome = Outcome.UNAVAILABLE
         if isinstance(signal, trio.Event):
-            # A bare trio.Event has no callbacks: one watcher task per question cancels the
-            # race scope when it fires.
+            # A bare trio.Event has no callbacks: one watcher task per question withdraws the
+            # flight when it fires.
             async with trio.open_nursery() as watchers:
                 watchers.start_soon(_watch_event, signal, flight)
-                with flight:
-                    outcome = await run_waterfall(req, chain)
+                with flight.scope:
+                    outcome = await run_waterfall(req, chain, flight)
                 watchers.cancel_scope.cancel(reason="question settled")
         else:
             unsubscribe = (
-                signal.subscribe(lambda: flight.cancel(reason="aborted by the request's signal"))
+                signal.subscribe(
+                    lambda: flight.withdraw(Withdrawal.ABORTED, signal.reason or "abort()")
+                )
                 if signal is not None
                 else None
             )
             try:
-                with flight:
-                    outcome = await run_waterfall(req, chain)
+                with flight.scope:
+                    outcome = await run_waterfall(req, chain, flight)
             finally:
                 if unsubscribe is not None:
                     unsubscribe()
-        # Invariant: the race is decided here, by the one scope — once it was cancelled
-        # (abort, session closing) the answer, if any, is dropped.
-        if flight.cancel_called:
-            return Outcome.CANCELLED, False, False
+        # Invariant: the race is decided here, by the flight alone — once it was withdrawn the
+        # answer, if any, is dropped and the first withdrawal's cause settles the question.
+        if flight.cause is not None:
+            return _settled_by(flight.cause), False, False
         return outcome, False, False
 
     async def _record_cancelled(  # noqa: ASYNC910 (runs shielded, after a checkpoint)
@@ -470,9 +476,13 @@ def _aborted(signal: AbortSignal | trio.Event | None) -> bool:
     return signal.aborted if isinstance(signal, AbortSignal) else signal.is_set()
 
 
-async def _watch_event(event: trio.Event, flight: trio.CancelScope) -> None:
+async def _watch_event(event: trio.Event, flight: Flight) -> None:
     await event.wait()
-    flight.cancel(reason="aborted by the request's signal")
+    flight.withdraw(Withdrawal.ABORTED, "the trio.Event was set")
+
+
+def _settled_by(cause: Withdrawal) -> Outcome:
+    return Outcome.UNAVAILABLE if cause is Withdrawal.ANSWERER_LOST else Outcome.CANCELLED
 
 
 @asynccontextmanager

@@ -34,6 +34,7 @@ from ._errors import (
     TurnError,
 )
 from ._events import Event, TurnEnd, TurnEndReason, TurnStart
+from ._flight import Flight, Withdrawal
 from ._projection import ApprovalState, fold
 
 if TYPE_CHECKING:
@@ -92,8 +93,8 @@ class Session:
     _recv: trio.MemoryReceiveChannel[_Command] = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _batch: list[_Command] = attrs.field(factory=list, init=False)
-    # Questions past admission and not yet settled: request id -> the scope that withdraws them.
-    _flights: dict[str, trio.CancelScope] = attrs.field(factory=dict, init=False)
+    # Questions past admission and not yet settled, by request id.
+    _flights: dict[str, Flight] = attrs.field(factory=dict, init=False)
     _settled: trio.Event = attrs.field(factory=trio.Event, init=False)
     _finished: trio.Event = attrs.field(factory=trio.Event, init=False)
     # Answerers scoped to this session's agent, sorted by registration order.
@@ -305,8 +306,8 @@ class Session:
         for command in leftovers:
             if not command.done.is_set():
                 command.finish(error=self._closed_error("append to"))
-        for scope in self._flights.values():
-            scope.cancel(reason=f"session {self.id} {self._status.value}")
+        for flight in list(self._flights.values()):
+            flight.withdraw(Withdrawal.SESSION_CLOSING, f"session {self.id} {self._status.value}")
         for handle in list(self._answerers):
             handle.close(reason=f"session {self.id} {self._status.value}")
         self._broker._forget(self)
@@ -340,12 +341,11 @@ class Session:
 
     # -- questions in flight --------------------------------------------------------------
 
-    def _admit(self, request_id: str) -> trio.CancelScope:
+    def _admit(self, request_id: str) -> Flight:
         if self._status is not _Status.OPEN:
             raise self._closed_error("ask in", parameter="req.agent")
-        scope = trio.CancelScope()
-        self._flights[request_id] = scope
-        return scope
+        flight = self._flights[request_id] = Flight()
+        return flight
 
     def _settle(self, request_id: str) -> None:
         self._flights.pop(request_id, None)
@@ -364,8 +364,8 @@ class Session:
             if self._status is _Status.OPEN:
                 self._status = _Status.CLOSING
                 with trio.move_on_after(self._broker.settle_grace):  # noqa: ASYNC912
-                    for scope in self._flights.values():
-                        scope.cancel(reason=f"session {self.id} closing")
+                    for flight in list(self._flights.values()):
+                        flight.withdraw(Withdrawal.SESSION_CLOSING, f"session {self.id}")
                     if self._flights:
                         await self._settled.wait()
                     if self._state.turn_open:

@@ -586,3 +586,46 @@ async def test_request_refuses_other_types(approval_broker: Broker) -> None:
 async def test_signal_of_the_wrong_type_is_refused(approval_session: Session) -> None:
     with pytest.raises(TypeError, match=r"^signal must be an AbortSignal, a trio.Event or None"):
         req(approval_session, signal=object())
+
+
+async def test_a_gate_cannot_turn_a_lost_answerer_into_an_allow(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    gate_saw: list[Outcome] = []
+
+    async def generous_gate(_r: ApprovalRequest, next_: AnswerNext) -> Outcome:
+        try:
+            gate_saw.append(await next_())
+        finally:
+            # Whatever the terminal answerer did, this gate would allow.
+            return Outcome.ALLOWED_ONCE  # noqa: B012
+
+    result: list[Outcome] = []
+    async with approval_session.turn(), trio.open_nursery() as nursery:
+        holder = trio.CancelScope()
+
+        async def hold_terminal() -> None:
+            with holder:
+                async with approval_broker.answerer(hang_forever):
+                    await trio.sleep_forever()
+
+        nursery.start_soon(hold_terminal)
+        await trio.testing.wait_all_tasks_blocked()
+        async with approval_broker.answerer(generous_gate, prepend=True):
+
+            async def ask() -> None:
+                result.append(await approval_broker.request(req(approval_session)))
+
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            holder.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+    assert result == [Outcome.UNAVAILABLE]
+    assert gate_saw == []
+    [(_, decided)] = pairs(approval_broker, approval_session)
+    assert decided.outcome is Outcome.UNAVAILABLE
+
+
+async def hang_forever(_r: ApprovalRequest, _n: AnswerNext) -> Outcome:
+    await trio.sleep_forever()
+    raise AssertionError("unreachable")

@@ -1,0 +1,37 @@
+"""A question in flight: the one cancel scope that decides its race, and why it was withdrawn."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+import trio
+
+__all__ = ["Flight", "Withdrawal"]
+
+
+class Withdrawal(enum.Enum):
+    """Why a question was withdrawn before its answer counted."""
+
+    ABORTED = "aborted by the request's signal"
+    SESSION_CLOSING = "the session is closing"
+    ANSWERER_LOST = "an answerer consulted for it ended"
+
+
+@attrs.define(eq=False)
+class Flight:
+    """One question between admission and settlement.
+
+    Invariant: ``cause`` is set once, by the first withdrawal, and the outcome of the race is a
+    function of it alone — ``ANSWERER_LOST`` fails closed as ``unavailable``, the others settle
+    ``cancelled``. Every withdrawal cancels ``scope``, so a late answer is never read.
+    """
+
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    cause: Withdrawal | None = None
+
+    def withdraw(self, cause: Withdrawal, detail: str) -> None:
+        """Withdraw the question (the first cause is kept). Never blocks."""
+        if self.cause is None:
+            self.cause = cause
+        self.scope.cancel(reason=f"{cause.value}: {detail}")
