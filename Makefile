@@ -45,10 +45,12 @@ lint: $(STAMP)
 	$(VENV)/bin/flake8-async $(ASYNC_TESTS) $$(git ls-files 'tests/*.py' 'bench/*.py')
 
 bench: $(STAMP) system-deps
-	$(PY) -W error bench/bench_latency.py
+	$(PY) -W error -m bench.latency
+	$(PY) -W error -m bench.sandbox
 
 bench-quick: $(STAMP) system-deps
-	$(PY) -W error bench/bench_latency.py --quick
+	$(PY) -W error -m bench.latency --quick
+	$(PY) -W error -m bench.sandbox --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,6 +1,6 @@
 """Sandbox start-up cost per command: ``true`` under bubblewrap (read-only) vs a plain subprocess.
 
-    python bench/bench_sandbox.py [--quick] [--runs N]
+    python -m bench.sandbox [--quick] [--runs N]
 
 Both sides go through the same executor code path (spawn, drain both pipes, kill/reap,
 build the result), so the ratio isolates what bwrap adds: namespaces, mounts and the
@@ -18,22 +18,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from bench._stats import percentile
 from broker.tools._sandbox import BubblewrapExecutor, PlainExecutor, SandboxMode
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    pass
 
 BLOCK = 10
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """The *q*-th percentile (0-100) of *samples*, nearest-rank (as bench/_stats.py).
-
-    Local rather than imported: ``from _stats import`` needs a sys.path tweak that
-    project-wide mypy (``packages = ["bench"]``) cannot follow.
-    """
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
 async def measure(runs: int) -> tuple[list[float], list[float]]:

@@ -1,6 +1,6 @@
 """Ask round-trip latency through the broker vs a bare trio memory-channel round trip.
 
-    python bench/bench_latency.py [--quick] [--rounds N]
+    python -m bench.latency [--quick] [--rounds N]
 
 Both are measured in the same process, interleaved in alternating blocks so drift on a shared
 machine hits both alike. The broker side is a full ``request()``: validation, the
@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _stats import summary_us
-
+from bench._stats import summary_us
 from broker import AnswerNext, ApprovalRequest, MemoryStore, Outcome, open_broker
 
 
