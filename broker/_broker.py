@@ -14,6 +14,7 @@ import trio
 
 from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle, run_waterfall
+from ._decision import Decision
 from ._errors import BrokerClosedError, SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, ApprovalGrant, ApprovalPolicy, Event
 from ._flight import Flight, Withdrawal
@@ -240,6 +241,15 @@ class Broker:
     async def request(self, req: ApprovalRequest) -> Outcome:
         """Decide whether ``req.agent`` may run ``req.tool_name`` once; see spec section 3.
 
+        The same as :meth:`request_decision`, returning only the outcome. Cancellation: as
+        :meth:`request_decision`.
+        """
+        decision = await self.request_decision(req)
+        return decision.outcome
+
+    async def request_decision(self, req: ApprovalRequest) -> Decision:
+        """Decide whether ``req.agent`` may run ``req.tool_name`` once; see spec section 3.
+
         Raises :class:`TurnError` (exact spec text) outside an open turn, appending nothing;
         :class:`AuditAppendError` when either audit event cannot be made durable. Otherwise
         returns exactly one :class:`Outcome` after both ``approval/asked`` and
@@ -282,7 +292,9 @@ class Broker:
                 policy=Policy.NEVER if by_policy else None,
             )
             await session._append(lambda _state: decided, internal=True)
-            return outcome
+            return Decision(
+                id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy
+            )
         finally:
             session._settle(request_id)
 

@@ -16,14 +16,19 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from cattrs.preconf.json import make_converter
 
 from ._events import (
+    AgentMessage,
     ApprovalAsked,
     ApprovalDecided,
     ApprovalGrant,
     ApprovalPolicy,
     Event,
+    SandboxModeSet,
+    ToolCalled,
+    ToolResulted,
     TurnEnd,
     TurnEndReason,
     TurnStart,
+    UserMessage,
 )
 
 __all__ = [
@@ -76,7 +81,19 @@ def register_event_type(cls: type[Event]) -> None:
     _EVENT_TYPES[cls.TYPE] = cls
 
 
-for _cls in (TurnStart, TurnEnd, ApprovalAsked, ApprovalDecided, ApprovalPolicy, ApprovalGrant):
+for _cls in (
+    TurnStart,
+    TurnEnd,
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalPolicy,
+    ApprovalGrant,
+    UserMessage,
+    AgentMessage,
+    ToolCalled,
+    ToolResulted,
+    SandboxModeSet,
+):
     register_event_type(_cls)
 register_wire_type(TurnEndReason)
 

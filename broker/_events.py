@@ -6,21 +6,26 @@ produced only by :mod:`broker._codec`; feature code builds these classes and nev
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
 from ._vocabulary import Outcome, Policy
 
 __all__ = [
+    "AgentMessage",
     "ApprovalAsked",
     "ApprovalDecided",
     "ApprovalGrant",
     "ApprovalPolicy",
     "Event",
+    "SandboxModeSet",
+    "ToolCalled",
+    "ToolResulted",
     "TurnEnd",
     "TurnEndReason",
     "TurnStart",
+    "UserMessage",
 ]
 
 
@@ -97,3 +102,48 @@ class ApprovalGrant(Event):
 
     TYPE: ClassVar[str] = "approval/grant"
     tool_name: str
+
+
+@attrs.frozen(kw_only=True)
+class UserMessage(Event):
+    """What the user said to open a turn (or a notice delivered as a sourced user message)."""
+
+    TYPE: ClassVar[str] = "user/message"
+    text: str
+    source: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AgentMessage(Event):
+    """Text the model produced in a step."""
+
+    TYPE: ClassVar[str] = "agent/message"
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolCalled(Event):
+    """The model asked to run a tool; precedes any approval pair of that call."""
+
+    TYPE: ClassVar[str] = "tool/call"
+    call_id: str
+    tool_name: str
+    input: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class ToolResulted(Event):
+    """What the model was told a tool call produced; ``is_error`` marks ``Error: …`` results."""
+
+    TYPE: ClassVar[str] = "tool/result"
+    call_id: str
+    output: str
+    is_error: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class SandboxModeSet(Event):
+    """A per-session override of the composition's default sandbox mode."""
+
+    TYPE: ClassVar[str] = "sandbox/mode"
+    mode: str

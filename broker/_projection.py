@@ -17,6 +17,7 @@ from ._events import (
     ApprovalGrant,
     ApprovalPolicy,
     Event,
+    SandboxModeSet,
     TurnEnd,
     TurnStart,
 )
@@ -29,12 +30,14 @@ __all__ = ["ApprovalState", "fold", "fold_all"]
 class ApprovalState:
     """What the log says about one session's approvals.
 
-    ``turn`` is the number of the last turn started (0 before any); ``turn_open`` whether it is
-    still open; ``pending`` the ids of questions asked but not yet decided (a crash tail after a
-    restart); ``events`` how many events were folded (for checkpoint bookkeeping).
+    ``policy`` and ``sandbox_mode`` are the session's overrides (``None``: the composition's
+    default); ``turn`` is the number of the last turn started (0 before any); ``turn_open``
+    whether it is still open; ``pending`` the ids of questions asked but not yet decided (a crash
+    tail after a restart); ``events`` how many events were folded (for checkpoint bookkeeping).
     """
 
     policy: Policy | None = None
+    sandbox_mode: str | None = None
     turn: int = 0
     turn_open: bool = False
     grants: frozenset[str] = frozenset()
@@ -45,7 +48,8 @@ class ApprovalState:
 def fold(state: ApprovalState, event: Event) -> ApprovalState:
     """The state after *event*. Events this projection does not track only bump the count."""
     # Direct construction instead of attrs.evolve: this runs twice per question, on the hot path.
-    policy, turn, turn_open = state.policy, state.turn, state.turn_open
+    policy, sandbox_mode = state.policy, state.sandbox_mode
+    turn, turn_open = state.turn, state.turn_open
     grants, pending = state.grants, state.pending
     if isinstance(event, ApprovalAsked):
         pending = pending | {event.id}
@@ -59,8 +63,11 @@ def fold(state: ApprovalState, event: Event) -> ApprovalState:
         policy = event.policy
     elif isinstance(event, ApprovalGrant):
         grants = grants | {event.tool_name}
+    elif isinstance(event, SandboxModeSet):
+        sandbox_mode = event.mode
     return ApprovalState(
         policy=policy,
+        sandbox_mode=sandbox_mode,
         turn=turn,
         turn_open=turn_open,
         grants=grants,

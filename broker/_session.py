@@ -182,6 +182,22 @@ class Session:
             # recovery will close it (``interrupted``) when the log is reopened.
             log.debug("turn %d of session %s left to the session's teardown", number, self.id)
 
+    # -- other events ---------------------------------------------------------------------
+
+    async def record(self, event: Event) -> None:
+        """Append a non-approval event (``user/message``, ``tool/call``, …) to this session's log.
+
+        ``approval/*`` and ``turn/*`` events are written only by the broker and by
+        :meth:`turn`, which keep their invariants; they are refused here. Returns once the event
+        is durable. Cancellation: the event may still land.
+        """
+        if event.TYPE.startswith(("approval/", "turn/")):
+            raise ValueError(
+                f"event must not be an {event.TYPE} event: approval and turn events are written "
+                "by the broker (request, grant, set_policy) and by session.turn()"
+            )
+        await self._append(lambda _state: event)
+
     # -- tasks and answerer channels owned by the session ---------------------------------
 
     async def start(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:

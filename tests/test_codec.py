@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker import (
+    AgentMessage,
     ApprovalAsked,
     ApprovalDecided,
     ApprovalGrant,
@@ -18,9 +19,13 @@ from broker import (
     EventDecodeError,
     Outcome,
     Policy,
+    SandboxModeSet,
+    ToolCalled,
+    ToolResulted,
     TurnEnd,
     TurnEndReason,
     TurnStart,
+    UserMessage,
     decode_event,
     encode_event,
 )
@@ -66,6 +71,17 @@ GOLDEN: list[tuple[Event, str]] = [
         '{"type":"approval/policy","data":{"policy":"never","source":"delegation"}}',
     ),
     (ApprovalGrant(tool_name="bash"), '{"type":"approval/grant","data":{"toolName":"bash"}}'),
+    (UserMessage(text="hi"), '{"type":"user/message","data":{"text":"hi"}}'),
+    (AgentMessage(text="ok"), '{"type":"agent/message","data":{"text":"ok"}}'),
+    (
+        ToolCalled(call_id="c1", tool_name="bash", input={"command": "ls"}),
+        '{"type":"tool/call","data":{"callId":"c1","toolName":"bash","input":{"command":"ls"}}}',
+    ),
+    (
+        ToolResulted(call_id="c1", output="Error: no", is_error=True),
+        '{"type":"tool/result","data":{"callId":"c1","output":"Error: no","isError":true}}',
+    ),
+    (SandboxModeSet(mode="read-only"), '{"type":"sandbox/mode","data":{"mode":"read-only"}}'),
 ]
 
 
@@ -121,8 +137,9 @@ def test_round_trip_and_no_nulls(event: Event) -> None:
         ('{"type":"approval/asked"}', r"^event 'approval/asked' has no data object$"),
         (
             '{"type":"approval/nope","data":{}}',
-            r"^unknown event type 'approval/nope': expected one of approval/asked, "
-            r"approval/decided, approval/grant, approval/policy, turn/end, turn/start$",
+            r"^unknown event type 'approval/nope': expected one of agent/message, approval/asked, "
+            r"approval/decided, approval/grant, approval/policy, sandbox/mode, tool/call, "
+            r"tool/result, turn/end, turn/start, user/message$",
         ),
         (
             '{"type":"turn/start","data":{"turn":1},"extra":1}',
