@@ -1,102 +1,116 @@
-"""``broker demo``: one session, a few questions, and the audit pairs read back from the log."""
+"""``broker demo``: the escalation scenario end to end on the embedded defaults.
+
+The scripted model writes a file; the read-only sandbox (real bubblewrap) denies it; the model
+retries once with ``sandbox_permissions: "workspace-write"`` and a justification; a terminal
+answerer shows the question; the outcome decides whether the file lands. Then the audit pairs
+are read back from the session log.
+"""
 
 from __future__ import annotations
 
 import argparse
+import pathlib
+import sys
+import tempfile
 from typing import TYPE_CHECKING
 
 import trio
 
-from .. import (
-    AbortSignal,
-    AnswerNext,
-    ApprovalRequest,
-    MemoryStore,
-    Outcome,
-    encode_event,
-    open_broker,
-)
+from .. import MemoryStore, Outcome, encode_event, open_broker
+from ..agent import AgentLoop, LoopObserver, Scenario, ScriptedModel
+from ..scenarios import scenario_path
+from ..tools import BashTool, BubblewrapExecutor, SandboxUnavailableError, ToolRuntime
+from ._terminal import TerminalAnswerer
 
 if TYPE_CHECKING:
+    from ..tools import ToolCall, ToolResult
+
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
-_CHOICES = {"allow": Outcome.ALLOWED_ONCE, "reject": Outcome.REJECTED}
+_ANSWERS = {"allow": Outcome.ALLOWED_ONCE, "reject": Outcome.REJECTED}
 
 
 def register(sub: _Sub) -> None:
     """Add the ``demo`` sub-command."""
     parser = sub.add_parser(
         "demo",
-        help="run a scripted session on the embedded defaults and print its audit pairs",
-        description="Run one scripted session: questions answered, withdrawn, and refused by "
-        "policy, then print the session log.",
+        help="run the sandbox-escalation scenario end to end and print its audit pairs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--answer",
-        choices=sorted(_CHOICES),
-        default="allow",
-        help="what the scripted answerer says to the first question (default: allow)",
+        choices=sorted(_ANSWERS),
+        help="answer the approval prompt without asking (for scripts and CI); "
+        "default: ask at the terminal",
+    )
+    parser.add_argument(
+        "--workspace",
+        type=pathlib.Path,
+        help="directory the agent works in (default: a fresh temporary directory)",
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; returns the exit status."""
-    return trio.run(_demo, _CHOICES[args.answer])
+    fixed = None if args.answer is None else _ANSWERS[args.answer]
+    if args.workspace is not None:
+        args.workspace.mkdir(parents=True, exist_ok=True)
+        return trio.run(_demo, fixed, args.workspace.resolve())
+    with tempfile.TemporaryDirectory(prefix="broker-demo-") as tmp:
+        return trio.run(_demo, fixed, pathlib.Path(tmp))
 
 
-async def _demo(first_answer: Outcome) -> int:
-    store = MemoryStore()
-    answers = [first_answer]
-
-    async def scripted(req: ApprovalRequest, next_: AnswerNext) -> Outcome:
-        print(f"  answerer: asked about {req.tool_name!r} ({req.display_reason or req.reason})")
+class _Printer(LoopObserver):
+    async def on_agent_text(self, text: str) -> None:
         await trio.lowlevel.checkpoint()
-        if not answers:
-            print("  answerer: no scripted answer; waiting until the question is withdrawn")
-            await trio.sleep_forever()
-        return answers.pop(0)
+        print(f"\nmodel: {text}")
 
-    async with open_broker(store=store) as broker:
-        async with broker.open_session() as session, broker.answerer(scripted):
-            print(f"session {session.id}")
-            async with session.turn():
-                print("1. a question the answerer decides")
-                outcome = await broker.request(
-                    ApprovalRequest(
-                        agent=session.agent,
-                        tool_name="bash",
-                        call_id="call_1",
-                        reason="write escalated.txt in the workspace",
-                    )
-                )
-                print(f"   -> {outcome}")
-                print("2. a question withdrawn by its abort signal")
-                signal = AbortSignal()
-                async with trio.open_nursery() as nursery:
+    async def on_tool_call(self, call: ToolCall) -> None:
+        await trio.lowlevel.checkpoint()
+        print(f"tool call {call.id}: {call.name} {call.arguments}")
 
-                    async def ask() -> None:
-                        request = ApprovalRequest(
-                            agent=session.agent,
-                            tool_name="edit",
-                            reason="edit notes.md",
-                            signal=signal,
-                        )
-                        print(f"   -> {await broker.request(request)}")
+    async def on_tool_result(self, call: ToolCall, result: ToolResult) -> None:
+        await trio.lowlevel.checkpoint()
+        print(f"tool result {call.id}:")
+        for line in result.output.splitlines() or [""]:
+            print(f"  | {line}")
 
-                    nursery.start_soon(ask)
-                    await trio.sleep(0.05)
-                    signal.abort("the user closed the prompt")
-                print("3. the session switches to policy never; the answerer is not consulted")
-                await broker.set_policy(session.agent, "never")
-                for notice in session.agent.take_notices():
-                    print(f"   notice for the model: {notice.text}")
-                outcome = await broker.request(
-                    ApprovalRequest(agent=session.agent, tool_name="bash", reason="rm -rf build")
-                )
-                print(f"   -> {outcome}")
-            session_id = session.id
-    print("\nsession log (approval/* events are the audit pairs):")
+
+async def _demo(fixed: Outcome | None, workspace: pathlib.Path) -> int:
+    try:
+        executor = await BubblewrapExecutor.probe()
+    except SandboxUnavailableError as exc:
+        print(f"broker demo: {exc}", file=sys.stderr)
+        await trio.lowlevel.checkpoint()
+        return 2
+    scenario = Scenario.from_file(scenario_path("escalation"))
+    store = MemoryStore()
+    print(f"workspace: {workspace}  (sandbox: bubblewrap, default mode read-only)")
+    async with open_broker(store=store) as broker, broker.open_session() as session:
+        bash = BashTool(executor=executor, workspace=workspace)
+        runtime = ToolRuntime(tools=[bash], approval=broker)
+        loop = AgentLoop(
+            broker=broker,
+            session=session,
+            model=ScriptedModel(scenario),
+            runtime=runtime,
+            observer=_Printer(),
+        )
+        async with broker.answerer(TerminalAnswerer(fixed)):
+            prompt = scenario.prompt or "go"
+            print(f"\nuser: {prompt}")
+            result = await loop.prompt(prompt)
+        session_id = session.id
+    target = workspace / "escalated.txt"
+    print(f"\nturn {result.turn} ended: {result.stop_reason}")
+    if target.exists():
+        print(f"file on disk: {target.name} = {target.read_text().strip()!r}")
+    else:
+        print(f"file on disk: {target.name} does not exist")
+    print("\naudit pairs (read back from the session log):")
     for event in store.read_nowait(session_id):
-        print(f"  {encode_event(event)}")
+        if event.TYPE.startswith("approval/"):
+            print(f"  {encode_event(event)}")
     return 0

@@ -3,6 +3,7 @@
 from ._bridge import DEFAULT_DENY_REASON as DEFAULT_DENY_REASON
 from ._bridge import HookBridge as HookBridge
 from ._bridge import HookCall as HookCall
+from ._gate import HookGate as HookGate
 from ._runner import OUTPUT_CAP as OUTPUT_CAP
 from ._runner import HookVerdict as HookVerdict
 from ._settings import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT

@@ -1,0 +1,26 @@
+"""Tools and the tool runtime: gates, ask routing, and the sandboxed ``bash`` tool."""
+
+from ._bash import BashTool as BashTool
+from ._bash import sandbox_context as sandbox_context
+from ._call import CallContext as CallContext
+from ._call import ToolCall as ToolCall
+from ._call import ToolResult as ToolResult
+from ._call import ToolSpec as ToolSpec
+from ._gate import Allow as Allow
+from ._gate import Ask as Ask
+from ._gate import Deny as Deny
+from ._gate import GateDecision as GateDecision
+from ._runtime import Gate as Gate
+from ._runtime import GateNext as GateNext
+from ._runtime import Tool as Tool
+from ._runtime import ToolRuntime as ToolRuntime
+from ._sandbox import ESCALATION_HINT as ESCALATION_HINT
+from ._sandbox import BubblewrapExecutor as BubblewrapExecutor
+from ._sandbox import CommandLimits as CommandLimits
+from ._sandbox import CommandResult as CommandResult
+from ._sandbox import PlainExecutor as PlainExecutor
+from ._sandbox import SandboxMode as SandboxMode
+from ._sandbox import SandboxUnavailableError as SandboxUnavailableError
+from ._sandbox import denial_marker as denial_marker
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,16 @@
+"""The agent loop, the model protocol, and the scripted model."""
+
+from ._loop import AgentLoop as AgentLoop
+from ._loop import LoopObserver as LoopObserver
+from ._loop import StopReason as StopReason
+from ._loop import TurnResult as TurnResult
+from ._model import ContextEntry as ContextEntry
+from ._model import Message as Message
+from ._model import Model as Model
+from ._model import ModelRequest as ModelRequest
+from ._model import ModelResponse as ModelResponse
+from ._scripted import Scenario as Scenario
+from ._scripted import ScenarioError as ScenarioError
+from ._scripted import ScriptedModel as ScriptedModel
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,49 @@
+"""The hook bridge as a ``tools/pre-execute`` gate of the tool runtime."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..tools._gate import Allow
+from ._bridge import HookBridge, HookCall
+
+if TYPE_CHECKING:
+    from ..tools._call import CallContext, ToolCall
+    from ..tools._gate import GateDecision
+    from ..tools._runtime import GateNext
+
+__all__ = ["HookGate"]
+
+
+@attrs.define(eq=False)
+class HookGate:
+    """Runs the ``PreToolUse`` hooks matching each call, with the call's session as
+    ``session_id`` and *cwd* as the hooks' working directory.
+
+    No matching hook, or hooks with no opinion, delegate to the next gate; an explicit
+    ``allow`` claims the decision; ``deny``/``ask`` (and every hook failure, which denies) stop
+    the waterfall. An ``ask`` becomes an approval question whose logged reason is the hooks'
+    joined reasons.
+    """
+
+    bridge: HookBridge
+    cwd: pathlib.Path
+
+    async def __call__(self, call: ToolCall, ctx: CallContext, next_: GateNext) -> GateDecision:
+        """Evaluate the hooks for *call*. Cancellation: running hooks are killed and reaped."""
+        session_id = "" if ctx.agent is None else ctx.agent.session.id
+        decision, verdicts = await self.bridge.evaluate_verbose(
+            HookCall(
+                session_id=session_id,
+                cwd=self.cwd,
+                tool_name=call.name,
+                tool_input=call.arguments,
+                tool_use_id=call.id,
+            )
+        )
+        if isinstance(decision, Allow) and all(v.decision is None for v in verdicts):
+            return await next_()
+        return decision

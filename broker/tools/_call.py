@@ -1,0 +1,61 @@
+"""One tool call, the context it runs in, and what it produces."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .._signal import is_aborted
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+    from .._broker import Broker
+    from .._signal import Signal
+
+__all__ = ["CallContext", "ToolCall", "ToolResult", "ToolSpec"]
+
+
+@attrs.frozen(kw_only=True)
+class ToolCall:
+    """The model's request to run ``name`` with ``arguments`` (already JSON-decoded)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class ToolResult:
+    """What the model is told. Denials are errors shown as ``Error: <text>``."""
+
+    output: str
+    is_error: bool = False
+
+    @classmethod
+    def error(cls, text: str) -> ToolResult:
+        """A failed call: the model sees ``Error: <text>``."""
+        return cls(output=f"Error: {text}", is_error=True)
+
+
+@attrs.frozen(kw_only=True)
+class ToolSpec:
+    """How a tool is advertised to the model: name, description, JSON Schema of its input."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class CallContext:
+    """Who is calling and through what. ``approval`` is the service looked up for this call."""
+
+    agent: Agent | None
+    approval: Broker | None
+    signal: Signal | None = None
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the caller has aborted this call."""
+        return is_aborted(self.signal)

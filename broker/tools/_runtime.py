@@ -1,0 +1,179 @@
+"""The tool runtime: a ``tools/pre-execute`` gate waterfall, ask routing, then dispatch (spec 8.1).
+
+Synopsis::
+
+    runtime = ToolRuntime(tools=[bash], gates=[hook_gate], approval=broker)
+    result = await runtime.execute(call, agent=session.agent, signal=signal)
+
+A gate is ``async def gate(call, ctx, next) -> Allow | Deny | Ask``: it claims the decision or
+delegates with ``return await next()``; the end of the chain allows. An ``Ask`` is resolved
+through the approval seam *before* dispatch; only ``allowed-once`` runs the call, exactly once.
+The approval service is read from :attr:`ToolRuntime.approval` at each call, so a runtime
+composed without one (or after it is gone) fails closed with the spec's texts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeAlias
+
+import attrs
+import trio
+
+from .._request import ApprovalRequest
+from .._vocabulary import Outcome
+from . import _texts
+from ._call import CallContext, ToolCall, ToolResult, ToolSpec
+from ._gate import Allow, Ask, Deny, GateDecision
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+    from .._broker import Broker
+    from .._signal import Signal
+
+__all__ = ["Gate", "GateNext", "Tool", "ToolRuntime"]
+
+log = logging.getLogger("broker.tools")
+
+GateNext: TypeAlias = Callable[[], Awaitable[GateDecision]]
+Gate: TypeAlias = Callable[[ToolCall, CallContext, GateNext], Awaitable[GateDecision]]
+
+
+class Tool(Protocol):
+    """A tool the runtime can dispatch."""
+
+    @property
+    def name(self) -> str: ...
+
+    def spec(self) -> ToolSpec:
+        """How the tool is advertised to the model (may depend on the composition)."""
+        ...
+
+    async def run(self, call: ToolCall, ctx: CallContext) -> ToolResult:
+        """Run *call*. Cancellation: the tool stops; whatever it started is cleaned up."""
+        ...
+
+
+@attrs.define(eq=False)
+class ToolRuntime:
+    """Tools by name, the pre-execute gates in order, and the approval service (or ``None``)."""
+
+    tools: Sequence[Tool] = ()
+    gates: Sequence[Gate] = ()
+    approval: Broker | None = None
+    _by_name: dict[str, Tool] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._by_name = {}
+        for tool in self.tools:
+            if tool.name in self._by_name:
+                raise ValueError(
+                    f"tools has two tools named {tool.name!r}: give each tool a unique name"
+                )
+            self._by_name[tool.name] = tool
+
+    def specs(self) -> list[ToolSpec]:
+        """What the model is told about the tools, in registration order."""
+        return [tool.spec() for tool in self.tools]
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called *name*, if any."""
+        return self._by_name.get(name)
+
+    async def execute(
+        self, call: ToolCall, *, agent: Agent | None = None, signal: Signal | None = None
+    ) -> ToolResult:
+        """Gate, resolve an ask, then run *call*; never raises for a denied or failed call.
+
+        Cancellation: propagates; a question asked for this call is withdrawn and audited
+        (``cancelled``) by the broker, and the tool, if it was running, stops.
+        """
+        tool = self._by_name.get(call.name)
+        if tool is None:
+            await trio.lowlevel.checkpoint()
+            known = ", ".join(sorted(self._by_name)) or "none"
+            return ToolResult.error(f'unknown tool "{call.name}": available tools are {known}')
+        ctx = CallContext(agent=agent, approval=self.approval, signal=signal)
+        decision = await self._gate(call, ctx)
+        if isinstance(decision, Deny):
+            return ToolResult.error(decision.reason)
+        if isinstance(decision, Ask):
+            refusal = await self._resolve_ask(call, ctx, decision)
+            if refusal is not None:
+                return refusal
+        if ctx.aborted:
+            return ToolResult.error(_texts.ABORTED_BEFORE_DISPATCH)
+        return await tool.run(call, ctx)
+
+    async def _gate(self, call: ToolCall, ctx: CallContext) -> GateDecision:
+        gates = list(self.gates)
+
+        async def consult(index: int) -> GateDecision:
+            if index == len(gates):
+                await trio.lowlevel.checkpoint()
+                return Allow()
+            memo: list[GateDecision] = []
+
+            async def next_() -> GateDecision:
+                if not memo:
+                    memo.append(await consult(index + 1))
+                    return memo[0]
+                await trio.lowlevel.checkpoint()
+                return memo[0]
+
+            gate = gates[index]
+            try:
+                decision: object = await gate(call, ctx, next_)
+            except Exception as exc:
+                # Containment: a broken gate fails its call closed, never open.
+                log.warning("pre-execute gate %r failed", gate, exc_info=True)
+                await trio.lowlevel.checkpoint()
+                return Deny(reason=f"pre-execute gate {_name(gate)} failed: {exc}")
+            if not isinstance(decision, Allow | Deny | Ask):
+                return Deny(
+                    reason=f"pre-execute gate {_name(gate)} returned {decision!r}, "
+                    "not Allow, Deny or Ask"
+                )
+            return decision
+
+        return await consult(0)
+
+    async def _resolve_ask(self, call: ToolCall, ctx: CallContext, ask: Ask) -> ToolResult | None:
+        """``None`` when the call may run; otherwise the error the model sees."""
+        name = call.name
+        broker = ctx.approval
+        if broker is None:
+            await trio.lowlevel.checkpoint()
+            return ToolResult.error(ask.reason or _texts.ask_no_service(name))
+        if ctx.agent is None:
+            await trio.lowlevel.checkpoint()
+            return ToolResult.error(_texts.ask_no_agent(name))
+        decision = await broker.request_decision(
+            ApprovalRequest(
+                agent=ctx.agent,
+                tool_name=name,
+                call_id=call.id,
+                reason=ask.reason,
+                signal=ctx.signal,
+            )
+        )
+        outcome = decision.outcome
+        if outcome is Outcome.ALLOWED_ONCE:
+            return None
+        if outcome is Outcome.REJECTED:
+            text = (
+                _texts.ask_rejected_by_policy(name)
+                if decision.by_policy
+                else _texts.ask_rejected(name)
+            )
+            return ToolResult.error(text)
+        if outcome is Outcome.CANCELLED:
+            if ctx.aborted:
+                return ToolResult.error(_texts.ABORTED_BEFORE_DISPATCH)
+            return ToolResult.error(_texts.ask_cancelled(name))
+        return ToolResult.error(_texts.ask_unavailable(name))
+
+
+def _name(gate: object) -> str:
+    return getattr(gate, "__qualname__", None) or type(gate).__name__
