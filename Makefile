@@ -46,10 +46,12 @@ lint: $(STAMP)
 
 bench: $(STAMP) system-deps
 	$(PY) -W error -m bench.latency
+	$(PY) -W error -m bench.runtime
 	$(PY) -W error -m bench.sandbox
 
 bench-quick: $(STAMP) system-deps
 	$(PY) -W error -m bench.latency --quick
+	$(PY) -W error -m bench.runtime --quick
 	$(PY) -W error -m bench.sandbox --quick
 
 clean:
