@@ -279,7 +279,8 @@ class Broker:
         flight = session._admit(request_id)
         try:
             try:
-                await session._append(ask)
+                # The decided append below is this request's schedule point.
+                await session._append(ask, schedule=False)
                 outcome, remembered, by_policy = await self._decide(req, session, flight)
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(self.settle_grace):

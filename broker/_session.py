@@ -100,6 +100,11 @@ class Session:
     # Answerers scoped to this session's agent, sorted by registration order.
     _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     crash_cause: BaseException | None = attrs.field(default=None, init=False)
+    # Commands sent to the inbox and not yet taken by the actor (a memory channel hands an item
+    # straight to a waiting receiver, so the buffer alone cannot tell), and whether the actor is
+    # between taking a batch and finishing it. Both gate the inline path of _append.
+    _queued: int = attrs.field(default=0, init=False)
+    _committing: bool = attrs.field(default=False, init=False)
     _append_nowait: Callable[[str, Sequence[Event]], None] | None = attrs.field(
         default=None, init=False
     )
@@ -268,11 +273,46 @@ class Session:
                     batch.append(self._recv.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            await self._commit(batch)
-            self._batch = []
+            self._queued -= len(batch)
+            self._committing = True
+            try:
+                await self._commit(batch)
+            finally:
+                self._committing = False
+                self._batch = []
 
     # No checkpoint of its own: with a synchronous store the actor's receive is its checkpoint.
     async def _commit(self, batch: list[_Command]) -> None:  # noqa: ASYNC910
+        state, accepted = self._sequence(batch)
+        if not accepted:
+            return  # noqa: ASYNC910 (see above)
+        try:
+            if self._append_nowait is not None:
+                self._append_nowait(self.id, [event for _, event in accepted])
+            else:
+                await self._broker.store.append(self.id, [event for _, event in accepted])
+        except Exception as exc:
+            self._fail(accepted, exc)
+            return  # noqa: ASYNC910 (see above)
+        self._apply(state, accepted)
+
+    def _commit_now(self, command: _Command) -> None:
+        """The actor's commit, run synchronously by the appending task (see :meth:`_append`)."""
+        assert self._append_nowait is not None
+        state, accepted = self._sequence([command])
+        if not accepted:
+            return
+        try:
+            self._append_nowait(self.id, [event for _, event in accepted])
+        except Exception as exc:
+            self._fail(accepted, exc)
+            return
+        self._apply(state, accepted)
+
+    def _sequence(
+        self, batch: list[_Command]
+    ) -> tuple[ApprovalState, list[tuple[_Command, Event]]]:
+        """Give each command its place in the log: its event, a no-op, or its refusal."""
         state = self._state
         accepted: list[tuple[_Command, Event]] = []
         for command in batch:
@@ -286,24 +326,17 @@ class Session:
                 continue
             state = fold(state, event)
             accepted.append((command, event))
-        if not accepted:
-            return  # noqa: ASYNC910 (see above)
-        events = [event for _, event in accepted]
-        try:
-            if self._append_nowait is not None:
-                self._append_nowait(self.id, events)
-            else:
-                await self._broker.store.append(self.id, events)
-        except Exception as exc:
-            # Containment: a failed append fails exactly the commands of this transaction; the
-            # projection is unchanged and the actor stays usable for later appends.
-            for command, event in accepted:
-                error = AuditAppendError(
-                    f"could not append {event.TYPE} to session {self.id}: {exc}"
-                )
-                error.__cause__ = exc
-                command.finish(error=error)
-            return  # noqa: ASYNC910 (see above)
+        return state, accepted
+
+    def _fail(self, accepted: list[tuple[_Command, Event]], exc: Exception) -> None:
+        # Containment: a failed append fails exactly the commands of this transaction; the
+        # projection is unchanged and the actor stays usable for later appends.
+        for command, event in accepted:
+            error = AuditAppendError(f"could not append {event.TYPE} to session {self.id}: {exc}")
+            error.__cause__ = exc
+            command.finish(error=error)
+
+    def _apply(self, state: ApprovalState, accepted: list[tuple[_Command, Event]]) -> None:
         self._state = state
         for command, event in accepted:
             command.finish(event)
@@ -331,26 +364,43 @@ class Session:
 
     # -- appends --------------------------------------------------------------------------
 
-    async def _append(self, build: Builder, *, internal: bool = False) -> Event | None:
+    async def _append(
+        self, build: Builder, *, internal: bool = False, schedule: bool = True
+    ) -> Event | None:
         """Queue one conditional append and wait until it is durable (or refused).
 
         ``internal`` appends (a pending question's decision, a turn end) are still taken while
-        the session is closing. Cancellation: the append may still land — it is queued.
+        the session is closing. ``schedule=False`` lets a caller that yields later anyway skip
+        the scheduling pass of the inline path. Cancellation: the append may still land.
         """
         admitted = self._status is _Status.OPEN or (internal and self._status is _Status.CLOSING)
         if not admitted:
             raise self._closed_error("append to")
         command = _Command(build)
-        try:
+        if self._append_nowait is not None and self._queued == 0 and not self._committing:
+            # Inline path (decision 0005): the store acknowledges synchronously, nothing is
+            # queued before us and the actor is not mid-commit, so running the actor's commit
+            # here, with no await in between, gives exactly the order and preconditions the
+            # actor would — without two scheduling passes.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            self._commit_now(command)
+            if schedule:
+                # A schedule point that cannot lose the acknowledged result.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            self._queued += 1
             try:
-                # Fast path: room in the inbox, no extra scheduling pass; the wait below is
-                # this call's checkpoint.
-                self._send.send_nowait(command)
-            except trio.WouldBlock:
-                await self._send.send(command)  # backpressure: the inbox is bounded
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise self._closed_error("append to") from None
-        await command.done.wait()
+                try:
+                    # Room in the inbox: no extra scheduling pass; the wait below checkpoints.
+                    self._send.send_nowait(command)
+                except trio.WouldBlock:
+                    await self._send.send(command)  # backpressure: the inbox is bounded
+            except BaseException as exc:
+                self._queued -= 1
+                if isinstance(exc, trio.ClosedResourceError | trio.BrokenResourceError):
+                    raise self._closed_error("append to") from None
+                raise
+            await command.done.wait()
         if command.error is not None:
             raise command.error
         return command.event

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import pytest
 import trio
@@ -10,6 +11,11 @@ import trio.testing
 
 from broker import (
     AnswerNext,
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalState,
+    Event,
+    MemoryStore,
     ApprovalRequest,
     Broker,
     BrokerClosedError,
@@ -237,7 +243,6 @@ async def test_crash_mid_question_fails_the_question_and_leaves_it_for_recovery(
     approval_broker: Broker,
 ) -> None:
     session = await approval_broker.start_session()
-    await session.start_answerer(hang)
     errors: list[BaseException] = []
 
     async def ask() -> None:
@@ -250,12 +255,45 @@ async def test_crash_mid_question_fails_the_question_and_leaves_it_for_recovery(
     async def crash() -> None:
         raise RuntimeError("boom")
 
-    async with trio.open_nursery() as nursery:
+    # The answerer lives outside the crashing session, so only the crash withdraws the question.
+    async with approval_broker.answerer(hang), trio.open_nursery() as nursery:
         nursery.start_soon(ask)
         await trio.testing.wait_all_tasks_blocked()
         session.start_soon(crash)
     assert len(errors) == 1
     assert types_of(approval_broker, session) == ["turn/start", "approval/asked"]
+
+
+async def test_crash_that_takes_the_answerer_with_it_never_allows(
+    approval_broker: Broker,
+) -> None:
+    """The answerer's task dies in the crash: whichever withdrawal lands first, the question
+    either settles ``unavailable`` with its pair or raises and is left for recovery."""
+    session = await approval_broker.start_session()
+    await session.start_answerer(hang)
+    settled: list[object] = []
+
+    async def ask() -> None:
+        async with session.turn():
+            try:
+                settled.append(await approval_broker.request(req(session)))
+            except SessionCrashedError as exc:
+                settled.append(exc)
+
+    async def crash() -> None:
+        raise RuntimeError("boom")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        await trio.testing.wait_all_tasks_blocked()
+        session.start_soon(crash)
+    [result] = settled
+    types = types_of(approval_broker, session)
+    if isinstance(result, SessionCrashedError):
+        assert types == ["turn/start", "approval/asked"]
+    else:
+        assert result is Outcome.UNAVAILABLE
+        assert types == ["turn/start", "approval/asked", "approval/decided"]
 
 
 # -- the broker's lifetime --------------------------------------------------------------------
@@ -300,3 +338,55 @@ async def test_parent_must_be_an_open_session(approval_broker: Broker) -> None:
     await closed.aclose()
     with pytest.raises(SessionClosedError, match=r"^parent belongs to session .*, which is closed"):
         await approval_broker.start_session(closed)
+
+
+class AsyncOnlyStore:
+    """A MemoryStore without the synchronous twin: every append goes through the actor."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.appends = 0
+
+    async def create_session(self, session_id: str, parent_id: str | None) -> None:
+        await self.inner.create_session(session_id, parent_id)
+
+    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+        self.appends += 1
+        await self.inner.append(session_id, events)
+
+    async def load_state(self, session_id: str) -> ApprovalState:
+        return await self.inner.load_state(session_id)
+
+    async def read(self, session_id: str) -> list[Event]:
+        return await self.inner.read(session_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_the_actor_path_batches_and_keeps_pairs_ordered() -> None:
+    store = AsyncOnlyStore()
+
+    async def allow(_r: ApprovalRequest, _n: AnswerNext) -> Outcome:
+        await trio.lowlevel.checkpoint()
+        return Outcome.ALLOWED_ONCE
+
+    outcomes: list[Outcome] = []
+    async with open_broker(store=store) as broker, broker.open_session() as session:
+        async with broker.answerer(allow), session.turn(), trio.open_nursery() as nursery:
+            for _ in range(50):
+
+                async def one() -> None:
+                    outcomes.append(await broker.request(req(session)))
+
+                nursery.start_soon(one)
+        events = store.inner.read_nowait(session.id)
+    assert outcomes == [Outcome.ALLOWED_ONCE] * 50
+    asked = [e.id for e in events if isinstance(e, ApprovalAsked)]
+    for question in asked:
+        positions = [i for i, e in enumerate(events) if getattr(e, "id", None) == question]
+        assert len(positions) == 2
+        assert isinstance(events[positions[1]], ApprovalDecided)
+    # 102 events (turn start/end + 50 pairs) in fewer transactions: the actor batched them.
+    assert len(events) == 102
+    assert store.appends < 102
