@@ -70,8 +70,9 @@ async def main(rounds: int, blocks: int) -> int:
         ctx = CallContext(agent=session.agent, approval=broker)
         allowed = ToolRuntime(tools=[tool], gates=[allow], approval=broker)
         asking = ToolRuntime(tools=[tool], gates=[ask], approval=broker)
-        question = ApprovalRequest(agent=session.agent, tool_name="nop", call_id="c",
-                                   reason="bench")
+        question = ApprovalRequest(
+            agent=session.agent, tool_name="nop", call_id="c", reason="bench"
+        )
         runs: dict[str, Callable[[], Awaitable[object]]] = {
             "direct": lambda: tool.run(call, ctx),
             "allow": lambda: allowed.execute(call, agent=session.agent),
