@@ -389,17 +389,19 @@ class Session:
                 await trio.lowlevel.cancel_shielded_checkpoint()
         else:
             self._queued += 1
+            sent = False
             try:
                 try:
                     # Room in the inbox: no extra scheduling pass; the wait below checkpoints.
                     self._send.send_nowait(command)
                 except trio.WouldBlock:
                     await self._send.send(command)  # backpressure: the inbox is bounded
-            except BaseException as exc:
-                self._queued -= 1
-                if isinstance(exc, trio.ClosedResourceError | trio.BrokenResourceError):
-                    raise self._closed_error("append to") from None
-                raise
+                sent = True
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                raise self._closed_error("append to") from None
+            finally:
+                if not sent:
+                    self._queued -= 1
             await command.done.wait()
         if command.error is not None:
             raise command.error
