@@ -7,7 +7,9 @@ compact separators, keys in field order, non-ASCII kept as is.
 
 from __future__ import annotations
 
+import enum
 import json
+import re
 from typing import Any, TypeVar
 
 import attrs
@@ -55,6 +57,64 @@ class EventDecodeError(ValueError):
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
+
+
+def _camel_path(path: str) -> str:
+    # Per identifier: "$.client_capabilities.terminal" -> "$.clientCapabilities.terminal".
+    return re.sub(r"(?<=[a-z0-9])_([a-z])", lambda m: m.group(1).upper(), path)
+
+
+def _strict(kind: type[Any], *, name: str) -> Any:
+    """A structure hook that accepts exactly the JSON type *kind*, never a coercible lookalike.
+
+    cattrs would turn ``"false"`` into ``True`` and ``1`` into ``"1"``; in an audit log that
+    could turn a garbled ``remembered`` into a remembered grant.
+    """
+
+    def structure(value: object, _type: Any) -> Any:
+        if type(value) is kind or (kind is float and type(value) is int):
+            return value
+        raise TypeError(f"expected {name}, got {_json_type(value)}")
+
+    return structure
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
+
+
+# Registered by class (single dispatch), before any attrs class is registered below, so the
+# generated hooks pick them up. StrEnum and IntEnum come before str and int in their members'
+# MRO, so enums keep cattrs' value validation — on a value of the right JSON type only.
+for _kind, _name in (
+    (str, "a string"),
+    (int, "an integer"),
+    (bool, "a boolean"),
+    (float, "a number"),
+):
+    converter.register_structure_hook(_kind, _strict(_kind, name=_name))
+
+
+def _enum_hook(kind: type[Any], name: str) -> Any:
+    check = _strict(kind, name=name)
+
+    def structure(value: object, type_: Any) -> Any:
+        return type_(check(value, kind))
+
+    return structure
+
+
+converter.register_structure_hook(enum.StrEnum, _enum_hook(str, "a string"))
+converter.register_structure_hook(enum.IntEnum, _enum_hook(int, "an integer"))
 
 
 def register_wire_type(cls: type[Any]) -> None:
@@ -145,6 +205,6 @@ def _describe(exc: BaseException) -> str:
         messages = []
         for message in cattrs.transform_error(exc):
             text, sep, path = message.rpartition(" @ ")
-            messages.append(f"{text}{sep}{_camel(path)}" if sep else message)
+            messages.append(f"{text}{sep}{_camel_path(path)}" if sep else message)
         return "; ".join(messages)
     return str(exc)

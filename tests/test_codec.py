@@ -168,3 +168,32 @@ def test_decode_errors_are_ours_and_clear(line: str, message: str) -> None:
 def test_snake_case_keys_are_refused() -> None:
     with pytest.raises(EventDecodeError, match=re.escape("extra fields found (tool_name)")):
         decode_event('{"type":"approval/grant","data":{"tool_name":"bash"}}')
+
+
+@pytest.mark.parametrize(
+    ("line", "path"),
+    [
+        (
+            '{"type":"approval/decided","data":{"id":"x","outcome":"allowed-once",'
+            '"remembered":"false"}}',
+            "remembered",
+        ),
+        (
+            '{"type":"approval/decided","data":{"id":"x","outcome":"allowed-once","remembered":1}}',
+            "remembered",
+        ),
+        ('{"type":"turn/start","data":{"turn":"1"}}', "turn"),
+        ('{"type":"turn/start","data":{"turn":true}}', "turn"),
+        ('{"type":"approval/grant","data":{"toolName":5}}', "toolName"),
+        ('{"type":"approval/decided","data":{"id":"x","outcome":1}}', "outcome"),
+    ],
+)
+def test_no_json_type_is_coerced(line: str, path: str) -> None:
+    """A garbled value is refused, never coerced: "false" must not become a remembered grant."""
+    with pytest.raises(EventDecodeError, match=rf"@ \$\.{path}$"):
+        decode_event(line)
+
+
+def test_nested_paths_are_camel_case_per_identifier() -> None:
+    with pytest.raises(EventDecodeError, match=r"@ \$\.reason\.kind$"):
+        decode_event('{"type":"turn/end","data":{"turn":1,"reason":{"kind":3}}}')
