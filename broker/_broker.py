@@ -15,7 +15,7 @@ import trio
 from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle, run_waterfall
 from ._decision import Decision
-from ._errors import BrokerClosedError, SessionClosedError, TurnError
+from ._errors import AuditAppendError, BrokerClosedError, SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, ApprovalGrant, ApprovalPolicy, Event
 from ._flight import Flight, Withdrawal
 from ._ids import new_id
@@ -255,9 +255,11 @@ class Broker:
         returns exactly one :class:`Outcome` after both ``approval/asked`` and
         ``approval/decided`` are durable.
 
-        Cancellation: the caller's cancellation withdraws the question; its
+        Cancellation: the caller's cancellation before the decision withdraws the question; its
         ``approval/decided`` (``cancelled``) is still appended, shielded and bounded by
-        ``settle_grace``, and then :class:`trio.Cancelled` propagates.
+        ``settle_grace``, and then :class:`trio.Cancelled` propagates. Once the decision is made
+        its ``approval/decided`` is appended shielded (same bound) and the decision returned;
+        the cancellation is then delivered at the caller's next checkpoint.
         """
         if not isinstance(req, ApprovalRequest):
             raise TypeError(
@@ -292,7 +294,15 @@ class Broker:
                 remembered=remembered,
                 policy=Policy.NEVER if by_policy else None,
             )
-            await session._append(lambda _state: decided, internal=True)
+            # Invariant: once the race is decided, the log records that decision — a caller
+            # cancelled from here on gets Cancelled at its next checkpoint, after the return.
+            with trio.CancelScope(shield=True), trio.move_on_after(self.settle_grace) as bound:
+                await session._append(lambda _state: decided, internal=True)
+            if bound.cancelled_caught:
+                raise AuditAppendError(
+                    f"could not append approval/decided to session {session.id} within "
+                    f"settle_grace ({self.settle_grace:g}s); the question is left for recovery"
+                )
             return Decision(
                 id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy
             )

@@ -629,3 +629,29 @@ async def test_a_gate_cannot_turn_a_lost_answerer_into_an_allow(
 async def hang_forever(_r: ApprovalRequest, _n: AnswerNext) -> Outcome:
     await trio.sleep_forever()
     raise AssertionError("unreachable")
+
+
+async def test_a_decision_made_is_recorded_even_if_the_caller_is_cancelled_right_after(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    """The answer and the caller's cancellation land in the same pass: the log records the
+    answer (here: unavailable because the answerer's channel died), not ``cancelled``."""
+    results: list[str] = []
+    async with approval_session.turn():
+        with trio.CancelScope() as scope:
+
+            async def channel_dies(_r: ApprovalRequest, _n: AnswerNext) -> Outcome:
+                await trio.lowlevel.checkpoint()
+                scope.cancel()  # the caller is cancelled while this answer is being returned
+                return Outcome.UNAVAILABLE
+
+            async with approval_broker.answerer(channel_dies):
+                try:
+                    results.append(await approval_broker.request(req(approval_session)))
+                    await trio.lowlevel.checkpoint()
+                except trio.Cancelled:
+                    results.append("cancelled at the next checkpoint")
+                    raise
+    assert results == [Outcome.UNAVAILABLE, "cancelled at the next checkpoint"]
+    [(_, decided)] = pairs(approval_broker, approval_session)
+    assert decided.outcome is Outcome.UNAVAILABLE
