@@ -1,0 +1,316 @@
+"""Durable asks per second through the SQLite store, against two baselines in the same run;
+and reopen time with and without projection checkpoints.
+
+    python -m bench.store [--quick] [--sessions 1,16,256,1024] [--asks N]
+                                [--reopen-sessions N] [--reopen-events M]
+
+One *ask* is the two audit appends of a question on one session: ``approval/asked``, and once
+that is acknowledged, ``approval/decided``. S sessions do asks back to back, concurrently.
+
+- store: :func:`broker.store.open_sqlite_store` with ``synchronous="FULL"`` (group commit).
+- (a) raw batched: plain ``sqlite3`` inserting the same rows (pre-encoded, pre-hashed) into the
+  same table, one transaction per round of S rows, ``synchronous=FULL`` — the floor of any
+  store on this disk, with none of the encoding, hashing, folding or thread hand-offs.
+  (a+) is the same with the rows built (encoded, hashed) inside the timed loop.
+- (b) naive: a store that commits each append on its own (one ``to_thread`` call and one
+  COMMIT per append, a lock to serialise them), with the same encoding and hash chain.
+
+Ratios are what to read: absolute numbers depend on the disk's fsync latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import attrs
+import trio
+
+from broker._codec import encode_event
+from broker._events import (
+    ApprovalAsked,
+    ApprovalDecided,
+    Event,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+)
+from broker._vocabulary import Outcome
+from broker.store._chain import GENESIS, chain_hash
+from broker.store._sqlite import open_sqlite_store
+
+_EVENTS_DDL = """CREATE TABLE events (
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, ts_ms INTEGER NOT NULL, line TEXT NOT NULL,
+    prev_hash BLOB NOT NULL, hash BLOB NOT NULL, PRIMARY KEY (session_id, seq)
+)"""
+_INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)"
+
+
+def _ask_events(session: int, ask: int) -> tuple[Event, Event]:
+    ask_id = f"{session:05d}-{ask:06d}-7f3c2a9e-4b1d-4c8e-9a6f-2d5e8b1c0f3a"
+    return (
+        ApprovalAsked(id=ask_id, tool_name="bash", call_id=f"call-{ask}"),
+        ApprovalDecided(id=ask_id, outcome=Outcome.ALLOWED_ONCE),
+    )
+
+
+# ----------------------------------------------------------------------- the store
+
+
+async def store_asks(path: Path, sessions: int, asks: int) -> tuple[float, int]:
+    """Seconds for *asks* asks on each of *sessions* sessions, and transactions committed."""
+    async with open_sqlite_store(path) as store:
+        for session in range(sessions):
+            await store.append(f"s{session}", [TurnStart(turn=1)])
+        before = store.transactions_committed
+
+        async def one_session(session: int) -> None:
+            session_id = f"s{session}"
+            for ask in range(asks):
+                asked, decided = _ask_events(session, ask)
+                await store.append(session_id, [asked])
+                await store.append(session_id, [decided])
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for session in range(sessions):
+                nursery.start_soon(one_session, session)
+        elapsed = time.perf_counter() - start
+        return elapsed, store.transactions_committed - before
+
+
+# ----------------------------------------------------------------------- (a) raw batched
+
+
+def raw_batched(path: Path, sessions: int, asks: int, *, build_rows: bool) -> float:
+    """Seconds to insert the same rows, one transaction per round of *sessions* rows.
+
+    With *build_rows* the timed loop also builds each row from its event (``encode_event`` and
+    ``chain_hash``: the per-row work any store of these events must do); without, the rows
+    are prepared beforehand and only inserted.
+    """
+
+    def build(ask: int, half: int) -> list[tuple[str, int, int, str, bytes, bytes]]:
+        batch = []
+        for session in range(sessions):
+            session_id = f"s{session}"
+            line = encode_event(_ask_events(session, ask)[half])
+            seq = 2 + 2 * ask + half
+            digest = chain_hash(session_id, seq, 0, line, heads[session])
+            batch.append((session_id, seq, 0, line, heads[session], digest))
+            heads[session] = digest
+        return batch
+
+    heads = {session: GENESIS for session in range(sessions)}
+    prepared = [] if build_rows else [build(a, h) for a in range(asks) for h in range(2)]
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(_EVENTS_DDL)
+        start = time.perf_counter()
+        for index in range(2 * asks):
+            batch = build(index // 2, index % 2) if build_rows else prepared[index]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_INSERT, batch)
+            conn.execute("COMMIT")
+        return time.perf_counter() - start
+    finally:
+        conn.close()
+
+
+# ----------------------------------------------------------------------- (b) naive
+
+
+@attrs.define(eq=False)
+class NaiveStore:
+    """Each append: encode, hash, then one worker-thread call doing BEGIN/INSERT/COMMIT."""
+
+    conn: sqlite3.Connection
+    lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    heads: dict[str, tuple[int, bytes]] = attrs.field(factory=dict, init=False)
+
+    def _commit(self, rows: list[tuple[str, int, int, str, bytes, bytes]]) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.executemany(_INSERT, rows)
+        self.conn.execute("COMMIT")
+
+    async def append(self, session_id: str, events: list[Event]) -> None:
+        async with self.lock:
+            seq, prev = self.heads.get(session_id, (0, GENESIS))
+            rows = []
+            now = time.time_ns() // 1_000_000
+            for event in events:
+                seq += 1
+                line = encode_event(event)
+                digest = chain_hash(session_id, seq, now, line, prev)
+                rows.append((session_id, seq, now, line, prev, digest))
+                prev = digest
+            await trio.to_thread.run_sync(functools.partial(self._commit, rows))
+            self.heads[session_id] = (seq, prev)
+
+
+async def naive_asks(path: Path, sessions: int, asks: int) -> float:
+    """Seconds for the same workload on :class:`NaiveStore`."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(_EVENTS_DDL)
+        store = NaiveStore(conn)
+        for session in range(sessions):
+            await store.append(f"s{session}", [TurnStart(turn=1)])
+
+        async def one_session(session: int) -> None:
+            for ask in range(asks):
+                asked, decided = _ask_events(session, ask)
+                await store.append(f"s{session}", [asked])
+                await store.append(f"s{session}", [decided])
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for session in range(sessions):
+                nursery.start_soon(one_session, session)
+        return time.perf_counter() - start
+    finally:
+        conn.close()
+
+
+# ----------------------------------------------------------------------- reopen
+
+
+def _session_events(count: int) -> list[Event]:
+    """*count* well-formed events: turns of asked/decided pairs, every turn closed."""
+    events: list[Event] = []
+    turn = 0
+    while len(events) + 4 <= count:
+        turn += 1
+        events.append(TurnStart(turn=turn))
+        ask_id = f"t{turn}"
+        events.append(ApprovalAsked(id=ask_id, tool_name="bash"))
+        events.append(ApprovalDecided(id=ask_id, outcome=Outcome.REJECTED))
+        events.append(TurnEnd(turn=turn, reason=TurnEndReason(kind="completed")))
+    return events
+
+
+async def reopen_times(path: Path, sessions: int, events: int) -> tuple[float, float, int]:
+    """Open time without checkpoints, with checkpoints, and the number of events stored."""
+    log = _session_events(events)
+    chunk = 1000
+    async with open_sqlite_store(path, checkpoint_every=0) as store:
+
+        async def fill(first: int, last: int) -> None:
+            for session in range(first, last):
+                for offset in range(0, len(log), chunk):
+                    await store.append(f"s{session}", log[offset : offset + chunk])
+
+        step = max(1, sessions // 16)
+        async with trio.open_nursery() as nursery:
+            for first in range(0, sessions, step):
+                nursery.start_soon(fill, first, min(sessions, first + step))
+    start = time.perf_counter()
+    async with open_sqlite_store(path, checkpoint_every=0) as store:
+        without = time.perf_counter() - start
+        assert store.recovery.clean
+    # A writer with checkpoints enabled writes one per session at close.
+    async with open_sqlite_store(path, checkpoint_every=max(1, events)):
+        pass
+    start = time.perf_counter()
+    async with open_sqlite_store(path, checkpoint_every=max(1, events)):
+        with_checkpoints = time.perf_counter() - start
+    return without, with_checkpoints, sessions * len(log)
+
+
+# ----------------------------------------------------------------------- main
+
+
+def _rate(count: int, seconds: float) -> str:
+    return f"{count / seconds:>12,.0f}"
+
+
+async def main(args: argparse.Namespace) -> int:
+    sizes = [int(s) for s in args.sessions.split(",")]
+    print("durable asks/s, synchronous=FULL (an ask = approval/asked then approval/decided,")
+    print(f"each acknowledged only after its transaction committed); best of {args.repeat} runs")
+    header = (
+        f"{'sessions':>8} {'asks':>6} {'store/s':>9} {'txns':>6} {'(a) raw/s':>10} "
+        f"{'(a+) raw/s':>10} {'(b) naive/s':>11} {'÷(a)':>6} {'÷(a+)':>6} {'÷(b)':>6}"
+    )
+    print(header)
+    with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
+        directory = Path(tmp)
+        for index, sessions in enumerate(sizes):
+            per_session = max(2, args.asks // sessions)
+            total = per_session * sessions
+            best: dict[str, float] = {}
+            txns = 0
+            for run in range(args.repeat):
+                name = f"{index}-{run}"
+                seconds, txns = await store_asks(
+                    directory / f"store{name}.db", sessions, per_session
+                )
+                runs = {
+                    "store": seconds,
+                    "raw": raw_batched(
+                        directory / f"raw{name}.db", sessions, per_session, build_rows=False
+                    ),
+                    "raw+": raw_batched(
+                        directory / f"rawb{name}.db", sessions, per_session, build_rows=True
+                    ),
+                    "naive": await naive_asks(directory / f"naive{name}.db", sessions, per_session),
+                }
+                for key, value in runs.items():
+                    best[key] = min(value, best.get(key, value))
+            store_s = best["store"]
+            print(
+                f"{sessions:>8} {total:>6} {total / store_s:>9,.0f} {txns:>6} "
+                f"{total / best['raw']:>10,.0f} {total / best['raw+']:>10,.0f} "
+                f"{total / best['naive']:>11,.0f} {best['raw'] / store_s:>5.2f}x "
+                f"{best['raw+'] / store_s:>5.2f}x {best['naive'] / store_s:>5.1f}x",
+                flush=True,
+            )
+        print("(a) raw: prepared rows, inserted only; (a+) raw: rows built in the timed loop")
+        print("targets at 256 sessions: store÷(a) >= 0.5x, store÷(b) >= 10x")
+        print()
+        without, with_checkpoints, stored = await reopen_times(
+            directory / "reopen.db", args.reopen_sessions, args.reopen_events
+        )
+        print(
+            f"reopen of {args.reopen_sessions} sessions x {args.reopen_events} events "
+            f"({stored:,} events stored):"
+        )
+        print(f"  without checkpoints {without * 1000:>10.1f} ms  (folds every event)")
+        print(
+            f"  with checkpoints    {with_checkpoints * 1000:>10.1f} ms  "
+            f"({without / with_checkpoints:.1f}x faster: one checkpoint per session)"
+        )
+    return 0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.store", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes: finishes in < 30 s")
+    parser.add_argument("--sessions", default="1,16,256,1024", help="comma-separated S values")
+    parser.add_argument("--asks", type=int, help="asks per row of the table (split over S)")
+    parser.add_argument("--reopen-sessions", type=int, help="sessions in the reopen store")
+    parser.add_argument("--reopen-events", type=int, help="events per session in it")
+    parser.add_argument("--repeat", type=int, help="runs per measurement; the best is kept")
+    args = parser.parse_args(argv)
+    if args.repeat is None:
+        args.repeat = 2 if args.quick else 3
+    if args.asks is None:
+        args.asks = 256 if args.quick else 8192
+    if args.reopen_sessions is None:
+        args.reopen_sessions = 200 if args.quick else 1000
+    if args.reopen_events is None:
+        args.reopen_events = 200 if args.quick else 1000
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(trio.run(main, parse_args(sys.argv[1:])))

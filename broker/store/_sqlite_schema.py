@@ -1,0 +1,252 @@
+"""The on-disk format of a SQLite store and the checks made before anything is written to it.
+
+A file is a broker store iff its SQLite header carries :data:`APPLICATION_ID`; its
+``user_version`` is the schema version. Both are checked from the raw header bytes *before*
+SQLite opens the file, and again through SQLite, so a file that is not ours (random bytes,
+another application's database, a newer schema) is refused without a single byte changed.
+Only an empty file or an empty SQLite database is initialised.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import struct
+import urllib.parse
+from pathlib import Path
+from typing import Literal
+
+from ._protocol import StoreError
+
+__all__ = [
+    "APPLICATION_ID",
+    "SCHEMA_VERSION",
+    "StoreLockedError",
+    "StoreOpenError",
+    "Synchronous",
+    "check_writer_path",
+    "connect_reader",
+    "connect_writer",
+    "lock_path_for",
+]
+
+APPLICATION_ID = 0x42524B52  # "BRKR"
+SCHEMA_VERSION = 1
+Synchronous = Literal["FULL", "NORMAL"]
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_HEADER_SIZE = 100
+_U32 = struct.Struct(">I")
+_TABLES = ("sessions", "events", "checkpoints")
+
+# Invariant: the DDL and the chain byte form (broker.store._chain) are schema version 1.
+# events is a rowid table on purpose: rows arrive interleaved across sessions, and appending
+# to a rowid table plus a small (session_id, seq) index is ~3x cheaper per row than inserting
+# ~250-byte rows into the middle of a WITHOUT ROWID b-tree keyed by session.
+_DDL = (
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY NOT NULL,
+        parent_id TEXT,
+        created_ms INTEGER NOT NULL,
+        head_seq INTEGER NOT NULL,
+        head_hash BLOB NOT NULL
+    )""",
+    """CREATE TABLE events (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        ts_ms INTEGER NOT NULL,
+        line TEXT NOT NULL,
+        prev_hash BLOB NOT NULL,
+        hash BLOB NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    )""",
+    """CREATE TABLE checkpoints (
+        session_id TEXT PRIMARY KEY NOT NULL,
+        seq INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        projection TEXT NOT NULL
+    ) WITHOUT ROWID""",
+)
+
+
+class StoreOpenError(StoreError):
+    """A file could not be opened as a broker store; nothing in it was changed."""
+
+
+class StoreLockedError(StoreOpenError):
+    """Another writer (in this or another process) holds the store's lock file."""
+
+
+def lock_path_for(path: str) -> str:
+    """The lock file a writer holds next to the store file *path*."""
+    return path + ".lock"
+
+
+def _not_a_store(path: str, why: str) -> StoreOpenError:
+    return StoreOpenError(
+        f"store file '{path}' is not a broker store: {why}; "
+        "pass the path of a store created by broker, or a new file name"
+    )
+
+
+def _newer(path: str, version: int) -> StoreOpenError:
+    return StoreOpenError(
+        f"store file '{path}' has schema version {version}, newer than this broker supports "
+        f"({SCHEMA_VERSION}): upgrade broker to open it"
+    )
+
+
+def _check_header(path: str) -> bool:
+    """Check the raw header of an existing file; True iff it is empty (a new store)."""
+    try:
+        with open(path, "rb") as file:
+            header = file.read(_HEADER_SIZE)
+    except OSError as exc:
+        raise StoreOpenError(
+            f"cannot read store file '{path}': {exc.strerror or exc}; check the path and its "
+            "permissions"
+        ) from exc
+    if not header:
+        return True
+    if len(header) < _HEADER_SIZE or not header.startswith(_SQLITE_MAGIC):
+        raise _not_a_store(path, "it is not an SQLite database (bad header)")
+    (user_version,) = _U32.unpack_from(header, 60)
+    (application_id,) = _U32.unpack_from(header, 68)
+    if application_id not in (0, APPLICATION_ID):
+        raise _not_a_store(
+            path,
+            f"it is an SQLite database of another application (application_id "
+            f"{application_id:#x}, expected {APPLICATION_ID:#x})",
+        )
+    if application_id == APPLICATION_ID and user_version > SCHEMA_VERSION:
+        raise _newer(path, user_version)
+    return False
+
+
+def _classify(conn: sqlite3.Connection, path: str) -> bool:
+    """Check an open connection's pragmas and tables; True iff it is an empty database."""
+    (application_id,) = conn.execute("PRAGMA application_id").fetchone()
+    (user_version,) = conn.execute("PRAGMA user_version").fetchone()
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_schema")}
+    if application_id == 0 and user_version == 0 and not names:
+        return True
+    if application_id != APPLICATION_ID:
+        raise _not_a_store(
+            path,
+            f"it is an SQLite database of another application (application_id "
+            f"{application_id:#x}, expected {APPLICATION_ID:#x})",
+        )
+    if user_version > SCHEMA_VERSION:
+        raise _newer(path, user_version)
+    if user_version != SCHEMA_VERSION:
+        raise StoreOpenError(
+            f"store file '{path}' has unsupported schema version {user_version} (this broker "
+            f"reads version {SCHEMA_VERSION}): restore it from a backup"
+        )
+    missing = [name for name in _TABLES if name not in names]
+    if missing:
+        raise StoreOpenError(
+            f"store file '{path}' is damaged: table '{missing[0]}' is missing; "
+            "restore it from a backup"
+        )
+    return False
+
+
+def _sqlite_failure(path: str, exc: sqlite3.Error) -> StoreOpenError:
+    text = str(exc)
+    if "not a database" in text:
+        return _not_a_store(path, f"sqlite says {text!r}")
+    return StoreOpenError(f"cannot open store file '{path}': sqlite says {text!r}")
+
+
+def check_writer_path(path: str) -> None:
+    """Check that a writer may open *path* (its directory exists and is writable, and the file,
+    if any, is a broker store); raises :class:`StoreOpenError`. Reads only; blocking.
+    """
+    if os.path.isdir(path):
+        raise StoreOpenError(f"store path '{path}' is a directory: pass a file name inside it")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise StoreOpenError(
+            f"cannot open store file '{path}': directory '{directory}' does not exist; "
+            "create it first"
+        )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StoreOpenError(
+            f"cannot open store file '{path}' for writing: directory '{directory}' is not "
+            "writable (the store keeps its -wal, -shm and .lock files next to it); fix the "
+            "permissions, or open the store read-only"
+        )
+    if os.path.exists(path):
+        _check_header(path)
+
+
+def connect_writer(path: str, synchronous: Synchronous) -> sqlite3.Connection:
+    """Open (creating if new) the store at *path* for writing, in WAL mode.
+
+    The caller must already hold the writer lock (:func:`lock_path_for`). Raises
+    :class:`StoreOpenError`; on error nothing in the file was changed. Blocking: call it on the
+    thread that will own the connection.
+    """
+    check_writer_path(path)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise _sqlite_failure(path, exc) from exc
+    try:
+        # Invariant: nothing below writes until _classify accepted the file.
+        if _classify(conn, path):
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _DDL:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if str(mode).lower() != "wal":
+            raise StoreOpenError(
+                f"cannot open store file '{path}': sqlite refused WAL mode (got {mode!r}); "
+                "put the store on a local file system"
+            )
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise _sqlite_failure(path, exc) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def connect_reader(path: str) -> sqlite3.Connection:
+    """Open the store at *path* read-only (``mode=ro``): nothing in the file can change.
+
+    Raises :class:`StoreOpenError` for a missing file or a file that is not a broker store.
+    """
+    if not os.path.exists(path):
+        raise StoreOpenError(f"store file '{path}' does not exist: check the path")
+    if os.path.isdir(path):
+        raise StoreOpenError(f"store path '{path}' is a directory: pass the store file inside it")
+    if _check_header(path):
+        raise _not_a_store(path, "the file is empty")
+    uri = "file:" + urllib.parse.quote(str(Path(path).absolute())) + "?mode=ro"
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.access(directory, os.W_OK) and not os.path.exists(path + "-wal"):
+        # A WAL reader must create the -shm file; it cannot here. No -wal file and no way for
+        # a writer to create one means the file is complete and cannot change: read it as
+        # immutable (no locks, no side files).
+        uri += "&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise _sqlite_failure(path, exc) from exc
+    try:
+        if _classify(conn, path):
+            raise _not_a_store(path, "it is an empty SQLite database")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise _sqlite_failure(path, exc) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn

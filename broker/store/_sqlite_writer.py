@@ -1,0 +1,734 @@
+"""The writer actor of a SQLite store: one trio task, one thread, one connection, group commit.
+
+Synopsis (what :func:`broker.store.open_sqlite_store` does)::
+
+    writer = SqliteWriter(path=..., synchronous="FULL", checkpoint_every=256, inbox_size=1024)
+    await writer.open()                      # locks, opens, recovers (raises StoreOpenError)
+    nursery.start_soon(writer.run)           # the actor
+    await writer.call(AppendRequest(...))    # from any task; returns once committed
+    writer.close_inbox(); await writer.wait_closed()
+
+Group commit: the actor takes one request from its bounded inbox, then everything else already
+queued (up to ``inbox_size``), stages all of it on the trio thread (sequence numbers, hash
+chain, projection, checkpoints) and hands it to its worker thread as ONE transaction. It does
+not wait for that transaction: it goes on receiving and staging the next group on top of it
+(pipelining), and submits that group as soon as the thread is free. Requests that arrive while
+a transaction is being written therefore join the next one. When the thread is idle and at
+least ``2 * _SPLIT_MIN`` requests wait, the actor commits half of them first, so that staging
+the other half overlaps that commit. Each request is resolved only after its group's COMMIT
+returned — with ``synchronous=FULL`` that is after fsync — by the completion callback on the
+trio thread. If a group fails, a group staged on top of it is staged again from what is
+committed, before it is written.
+
+Containment: an ``sqlite3.Error`` in a group (a full disk, an I/O error) rolls the group back,
+fails exactly that group's requests with :class:`StoreError`, and the actor carries on with the
+next group. If the connection cannot even be rolled back or re-read, the writer turns *broken*:
+every later request fails at once with :class:`StoreError` (it never hangs a caller). Any other
+exception from a transaction is a bug: its group fails and the writer turns broken. An exception
+in the actor itself fails its group and everything queued, then propagates to the nursery.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+import outcome
+import trio
+
+from .._codec import EventDecodeError, decode_event, encode_event
+from .._projection import ApprovalState, fold
+from ._chain import GENESIS, chain_hash
+from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
+from ._protocol import StoreError
+from ._recovery import RecoveredSession, RecoveryReport, recovery_events
+from ._sqlite_load import SessionHead, load_heads, load_session, pending_in_log_order
+from ._sqlite_schema import StoreOpenError, Synchronous, check_writer_path, connect_writer
+from ._worker_thread import WorkerThread
+from ._writer_lock import WriterLock
+
+if TYPE_CHECKING:
+    from .._events import Event
+
+__all__ = [
+    "AppendRequest",
+    "CreateRequest",
+    "ImportRequest",
+    "ReadRequest",
+    "Request",
+    "SessionExistsError",
+    "SqliteWriter",
+    "wall_clock_ms",
+]
+
+_CREATE_SQL = (
+    "INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash) VALUES (?, ?, ?, 0, ?) "
+    "ON CONFLICT (id) DO UPDATE SET parent_id = excluded.parent_id"
+)
+_AUTO_CREATE_SQL = (
+    "INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash) VALUES (?, ?, ?, 0, ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_INSERT_SQL = (
+    "INSERT INTO events (session_id, seq, ts_ms, line, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_HEAD_SQL = "UPDATE sessions SET head_seq = ?, head_hash = ? WHERE id = ?"
+_CHECKPOINT_SQL = (
+    "INSERT INTO checkpoints (session_id, seq, state, projection) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
+    "projection = excluded.projection"
+)
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: the timestamp stored with each row (not in the event)."""
+    return time.time_ns() // 1_000_000
+
+
+@attrs.define(eq=False, kw_only=True)
+class Request:
+    """One call queued for the writer; resolved exactly once by the actor."""
+
+    session_id: str
+    _done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _error: BaseException | None = attrs.field(default=None, init=False)
+
+    def fail(self, error: BaseException) -> None:
+        """Resolve with *error* (no-op if already resolved)."""
+        if not self._done.is_set():
+            self._error = error
+            self._done.set()
+
+    def succeed(self) -> None:
+        """Resolve successfully (no-op if already resolved)."""
+        self._done.set()
+
+    async def wait(self) -> None:
+        """Wait for the resolution; raise the error it carries.
+
+        Cancellation: the request stays queued and may still be carried out.
+        """
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+
+@attrs.define(eq=False, kw_only=True)
+class CreateRequest(Request):
+    """Record a session (and its parent)."""
+
+    parent_id: str | None
+
+
+@attrs.define(eq=False, kw_only=True)
+class AppendRequest(Request):
+    """Append *events* (already encoded to *lines* by the caller) atomically."""
+
+    events: tuple[Event, ...]
+    lines: tuple[str, ...]
+
+
+@attrs.define(eq=False, kw_only=True)
+class ImportRequest(AppendRequest):
+    """Create a session that must not exist yet and append *events*, in one transaction."""
+
+    parent_id: str | None
+
+
+@attrs.define(eq=False, kw_only=True)
+class ReadRequest(Request):
+    """Read a session's events; the result is left in ``events``."""
+
+    events: list[Event] = attrs.field(factory=list, init=False)
+
+
+@attrs.frozen(kw_only=True)
+class _Plan:
+    """Everything one group writes, prepared on the trio thread."""
+
+    creates: list[tuple[str, str | None, int, bytes]]
+    auto_creates: list[tuple[str, None, int, bytes]]
+    rows: list[tuple[str, int, int, str, bytes, bytes]]
+    heads: list[tuple[int, bytes, str]]
+    checkpoints: list[tuple[str, int, str, str]]
+    fault: sqlite3.Error | None
+
+
+_EMPTY_PLAN = _Plan(creates=[], auto_creates=[], rows=[], heads=[], checkpoints=[], fault=None)
+_EMPTY_HEAD = SessionHead(seq=0, hash=GENESIS, state=ApprovalState(), checkpoint_seq=0)
+# Split a crowd of at least twice this many waiting requests over two transactions.
+_SPLIT_MIN = 64
+
+
+@attrs.define(eq=False, kw_only=True)
+class _Job:
+    """One group's transaction: what it writes, whom it answers, the heads it will commit."""
+
+    plan: _Plan
+    accepted: list[Request]
+    rejected: list[tuple[Request, StoreError]]
+    staged: dict[str, SessionHead]
+    done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    failed: bool = attrs.field(default=False, init=False)
+
+
+class SessionExistsError(StoreError):
+    """An import named a session that already exists; nothing was stored."""
+
+
+class _ConnectionLost(StoreError):
+    """The connection could not be rolled back and was closed; the writer is broken."""
+
+
+@attrs.define(eq=False)
+class SqliteWriter:
+    """The actor that owns one store file: its lock, its connection (on its thread), its inbox.
+
+    Teardown order: :meth:`close_inbox` → the actor writes every request already queued →
+    writes final checkpoints → closes the connection on its thread → stops the thread →
+    releases the lock → :meth:`wait_closed` returns.
+    """
+
+    path: str
+    synchronous: Synchronous
+    checkpoint_every: int
+    inbox_size: int
+    clock_ms: Callable[[], int] = wall_clock_ms
+    recovery: RecoveryReport = attrs.field(factory=RecoveryReport, init=False)
+    transactions: int = attrs.field(default=0, init=False)
+    failed_transactions: int = attrs.field(default=0, init=False)
+    _send: trio.MemorySendChannel[Request] = attrs.field(init=False)
+    _receive: trio.MemoryReceiveChannel[Request] = attrs.field(init=False)
+    _thread: WorkerThread = attrs.field(init=False)
+    _lock: WriterLock = attrs.field(init=False)
+    # Invariant: _conn is only touched by jobs running on _thread.
+    _conn: sqlite3.Connection | None = attrs.field(default=None, init=False)
+    # Invariant: _heads reflects exactly what is committed; only the actor task changes it.
+    _heads: dict[str, SessionHead] = attrs.field(factory=dict, init=False)
+    # The group whose transaction is on the thread now (at most one), staged on top of _heads.
+    _in_flight: _Job | None = attrs.field(default=None, init=False)
+    _fault: sqlite3.Error | None = attrs.field(default=None, init=False)
+    _broken: str | None = attrs.field(default=None, init=False)
+    _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._send, self._receive = trio.open_memory_channel[Request](self.inbox_size)
+        self._thread = WorkerThread(name=f"broker-sqlite-writer:{os.path.basename(self.path)}")
+        self._lock = WriterLock(self.path)
+
+    # ----------------------------------------------------------------- the caller side
+
+    async def call(self, request: Request) -> None:
+        """Queue *request* and wait until the actor resolved it.
+
+        Raises :class:`StoreError` when the writer is closed or the request failed.
+        Cancellation: while waiting for room in a full inbox, the request is not queued; once
+        queued it may still be carried out (an append may land) — the caller just stops waiting.
+        """
+        try:
+            # Fast path without a scheduling round; the wait below is the checkpoint.
+            self._send.send_nowait(request)
+        except trio.WouldBlock:
+            try:
+                await self._send.send(request)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                raise self.closed_error() from None
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise self.closed_error() from None
+        await request.wait()
+
+    def closed_error(self) -> StoreError:
+        """The error for a call on a closed writer."""
+        return StoreError(f"sqlite store '{self.path}' is closed: open it again")
+
+    def state_of(self, session_id: str) -> ApprovalState:
+        """The committed projection of *session_id* (the empty state for an unknown one)."""
+        head = self._heads.get(session_id)
+        return ApprovalState() if head is None else head.state
+
+    def session_ids(self) -> list[str]:
+        """Every session id, in creation order."""
+        return list(self._heads)
+
+    def inject_commit_failure(self, error: sqlite3.Error) -> None:
+        """Test seam: the next group raises *error* instead of committing, as a full disk would."""
+        self._fault = error
+
+    def close_inbox(self) -> None:
+        """Accept no more requests; the actor finishes the queued ones, then closes (sync)."""
+        self._send.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the actor released everything. Cancellation: shielded (bounded by I/O)."""
+        with trio.CancelScope(shield=True):
+            await self._closed.wait()
+
+    # ----------------------------------------------------------------- the actor
+
+    async def open(self) -> None:
+        """Lock and open the file, rebuild every session's head, run recovery.
+
+        Raises :class:`StoreOpenError` (and releases the thread, the connection and the lock)
+        when the file cannot be opened or recovered. Cancellation: not interruptible — opening
+        and recovery are blocking jobs on the writer thread.
+        """
+        self._thread.start()
+        try:
+            await self._thread.run(self._open_job)
+            await self._recover()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._release()
+            raise
+
+    async def run(self) -> None:
+        """The actor loop (after :meth:`open`): serve the inbox until it is closed, then write
+        final checkpoints and release everything.
+
+        Cancellation: ignored — the actor ends only when its inbox is closed
+        (:meth:`close_inbox`), after writing every request it accepted, so an append shielded
+        by its caller still lands during shutdown. Its owner must close the inbox on every path.
+        """
+        try:
+            with trio.CancelScope(shield=True):
+                await self._serve()
+                await self._final_checkpoints()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._release()
+
+    async def _release(self) -> None:
+        """Fail what is still queued, close the connection, stop the thread, drop the lock."""
+        self._receive.close()
+        self._fail_queued()
+        if self._in_flight is not None:
+            await self._in_flight.done.wait()
+        await self._thread.run(self._close_job)
+        await self._thread.stop()
+        self._lock.release()
+        self._closed.set()
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                request = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            request.fail(self.closed_error())
+
+    async def _serve(self) -> None:
+        async for first in self._receive:
+            available = 1 + self._receive.statistics().current_buffer_used
+            limit = min(available, self.inbox_size)
+            if self._in_flight is None and available >= 2 * _SPLIT_MIN:
+                # The thread is idle and a crowd is waiting: commit half now and stage the
+                # other half while that half commits (one more fsync, half the idle time).
+                limit = available // 2
+            group = [first]
+            while len(group) < limit:
+                try:
+                    group.append(self._receive.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            try:
+                await self._process(group)
+            except BaseException as exc:
+                for request in group:
+                    request.fail(StoreError(f"sqlite store '{self.path}' failed: {exc!r}"))
+                raise
+        await self._settle()
+
+    async def _process(self, group: Sequence[Request]) -> None:
+        writes = [request for request in group if not isinstance(request, ReadRequest)]
+        reads = [request for request in group if isinstance(request, ReadRequest)]
+        # Writes first, so a read sees every write queued before it.
+        if not reads:
+            await self._write(writes)
+            return
+        if writes:
+            await self._write(writes)
+        await self._settle()
+        await self._read(reads)
+
+    def _broken_error(self) -> StoreError:
+        return StoreError(
+            f"sqlite store '{self.path}' is unusable after an earlier error ({self._broken}): "
+            "close it and open it again"
+        )
+
+    # ----------------------------------------------------------------- writing a group
+
+    def _base(self, session_id: str) -> SessionHead | None:
+        """A session's head as the next group builds on it: in flight, else committed."""
+        if self._in_flight is not None:
+            head = self._in_flight.staged.get(session_id)
+            if head is not None:
+                return head
+        return self._heads.get(session_id)
+
+    def _stage(self, writes: Sequence[Request], now: int) -> _Job:
+        """Sequence numbers, hash chain, projection and checkpoints for one group (hot path)."""
+        staged: dict[str, SessionHead] = {}
+        bases: dict[str, SessionHead | None] = {}
+        creates: list[tuple[str, str | None, int, bytes]] = []
+        auto_creates: list[tuple[str, None, int, bytes]] = []
+        rows: list[tuple[str, int, int, str, bytes, bytes]] = []
+        accepted: list[Request] = []
+        rejected: list[tuple[Request, StoreError]] = []
+        for request in writes:
+            session_id = request.session_id
+            head = staged.get(session_id)
+            if head is None:
+                if session_id not in bases:
+                    bases[session_id] = self._base(session_id)
+                head = bases[session_id]
+            if isinstance(request, ImportRequest) and head is not None:
+                error = SessionExistsError(
+                    f"session {session_id!r} already exists in store file '{self.path}': "
+                    "import into a new session id"
+                )
+                rejected.append((request, error))
+                continue
+            if isinstance(request, (CreateRequest, ImportRequest)):
+                creates.append((session_id, request.parent_id, now, GENESIS))
+            elif head is None:
+                auto_creates.append((session_id, None, now, GENESIS))
+            if head is None:
+                head = _EMPTY_HEAD
+            if isinstance(request, AppendRequest):
+                seq, prev, state = head.seq, head.hash, head.state
+                for event, line in zip(request.events, request.lines, strict=True):
+                    seq += 1
+                    digest = chain_hash(session_id, seq, now, line, prev)
+                    rows.append((session_id, seq, now, line, prev, digest))
+                    prev = digest
+                    state = fold(state, event)
+                head = SessionHead(
+                    seq=seq, hash=prev, state=state, checkpoint_seq=head.checkpoint_seq
+                )
+            staged[session_id] = head
+            accepted.append(request)
+        heads: list[tuple[int, bytes, str]] = []
+        checkpoints: list[tuple[str, int, str, str]] = []
+        every = self.checkpoint_every
+        for session_id, head in staged.items():
+            before = bases[session_id]
+            if head.seq != (0 if before is None else before.seq):
+                heads.append((head.seq, head.hash, session_id))
+            if every and head.seq - head.checkpoint_seq >= every:
+                state_json = encode_state(head.state)
+                checkpoints.append((session_id, head.seq, state_json, PROJECTION_FINGERPRINT))
+                staged[session_id] = attrs.evolve(head, checkpoint_seq=head.seq)
+        plan = _Plan(
+            creates=creates,
+            auto_creates=auto_creates,
+            rows=rows,
+            heads=heads,
+            checkpoints=checkpoints,
+            fault=None,
+        )
+        return _Job(plan=plan, accepted=accepted, rejected=rejected, staged=staged)
+
+    async def _write(self, writes: Sequence[Request]) -> None:
+        """Stage *writes* (on top of the group in flight, if any), wait until the thread is
+        free, then start their transaction without waiting for it."""
+        if self._broken is not None:
+            for request in writes:
+                request.fail(self._broken_error())
+            await trio.lowlevel.checkpoint()
+            return
+        now = self.clock_ms()
+        base = self._in_flight
+        # Staged while *base* commits: this overlap is the point of the pipeline.
+        job = self._stage(writes, now)
+        if base is not None:
+            await self._settle()
+            if base.failed or self._broken is not None:
+                job = self._restage(writes, now)
+        else:
+            await trio.lowlevel.checkpoint()
+        self._submit(job)
+
+    def _restage(self, writes: Sequence[Request], now: int) -> _Job:
+        if self._broken is not None:
+            for request in writes:
+                request.fail(self._broken_error())
+            return _Job(plan=_EMPTY_PLAN, accepted=[], rejected=[], staged={})
+        return self._stage(writes, now)
+
+    def _submit(self, job: _Job) -> None:
+        for request, error in job.rejected:
+            request.fail(error)
+        if not job.accepted:
+            return
+        fault, self._fault = self._fault, None
+        plan = job.plan if fault is None else attrs.evolve(job.plan, fault=fault)
+        self._in_flight = job
+        self._thread.submit(
+            functools.partial(self._write_job, plan), functools.partial(self._on_written, job)
+        )
+
+    def _on_written(self, job: _Job, result: outcome.Outcome[None]) -> None:
+        """The thread finished *job*'s transaction (runs on the trio thread; must not raise)."""
+        self._in_flight = None
+        job.done.set()
+        if not isinstance(result, outcome.Error):
+            self._heads.update(job.staged)
+            self.transactions += 1
+            for request in job.accepted:
+                request.succeed()
+            return
+        self.failed_transactions += 1
+        exc = result.error
+        # A group staged on top of this one must be staged again from the committed heads.
+        job.failed = True
+        if isinstance(exc, _ConnectionLost):
+            self._broken = str(exc)
+        for request in job.accepted:
+            if isinstance(exc, sqlite3.Error):
+                error = StoreError(
+                    f"write to store file '{self.path}' failed: sqlite says {str(exc)!r}; "
+                    "nothing of this append was stored — free disk space or fix the file, "
+                    "then retry"
+                )
+                error.__cause__ = exc
+            elif isinstance(exc, StoreError):
+                error = self._broken_error()
+            else:
+                error = StoreError(f"write to store file '{self.path}' failed: {exc!r}")
+                error.__cause__ = exc
+            request.fail(error)
+        if not isinstance(exc, sqlite3.Error | StoreError):
+            # A bug, not an I/O error: stop accepting work rather than guess.
+            self._broken = f"unexpected {type(exc).__name__}: {exc}"
+
+    async def _settle(self) -> None:
+        """Wait for the transaction in flight (if any); after a failure, re-read the heads it
+        touched (a COMMIT that raised may still have landed)."""
+        job = self._in_flight
+        if job is None:
+            await trio.lowlevel.checkpoint()
+            return
+        await job.done.wait()
+        if job.failed and self._broken is None:
+            await self._resync(list(job.staged))
+
+    def _require_conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise _ConnectionLost(f"the connection to '{self.path}' was closed after an error")
+        return self._conn
+
+    def _write_job(self, plan: _Plan) -> None:
+        conn = self._require_conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if plan.creates:
+                conn.executemany(_CREATE_SQL, plan.creates)
+            if plan.auto_creates:
+                conn.executemany(_AUTO_CREATE_SQL, plan.auto_creates)
+            if plan.rows:
+                conn.executemany(_INSERT_SQL, plan.rows)
+            if plan.heads:
+                conn.executemany(_HEAD_SQL, plan.heads)
+            if plan.checkpoints:
+                conn.executemany(_CHECKPOINT_SQL, plan.checkpoints)
+            if plan.fault is not None:
+                raise plan.fault
+            conn.execute("COMMIT")
+        except BaseException:
+            self._rollback(conn)
+            raise
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        # SQLite rolls back by itself after some errors (SQLITE_FULL at COMMIT, for one).
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            self._conn = None
+            conn.close()
+            raise _ConnectionLost(f"rollback failed: {exc}") from exc
+
+    async def _resync(self, session_ids: list[str]) -> None:
+        """After a failed group, re-read the touched heads: a COMMIT that raised may have landed."""
+        try:
+            known = {session_id: self._heads.get(session_id) for session_id in session_ids}
+            fresh = await self._thread.run(functools.partial(self._resync_job, known))
+        except (sqlite3.Error, StoreError) as exc:
+            self._broken = f"re-reading the store after a failed write failed: {exc}"
+            await trio.lowlevel.checkpoint()
+            return
+        for session_id in session_ids:
+            head = fresh.get(session_id)
+            if head is None:
+                self._heads.pop(session_id, None)
+            else:
+                self._heads[session_id] = head
+
+    def _resync_job(self, known_heads: dict[str, SessionHead | None]) -> dict[str, SessionHead]:
+        conn = self._require_conn()
+        fresh: dict[str, SessionHead] = {}
+        conn.execute("BEGIN")
+        try:
+            for session_id, known in known_heads.items():
+                row = conn.execute(
+                    "SELECT head_seq, head_hash FROM sessions WHERE id = ?", (session_id,)
+                ).fetchone()
+                if row is None:
+                    continue
+                if known is not None and (known.seq, known.hash) == (row[0], row[1]):
+                    fresh[session_id] = known
+                    continue
+                checkpoint = conn.execute(
+                    "SELECT seq, state FROM checkpoints WHERE session_id = ? AND projection = ?",
+                    (session_id, PROJECTION_FINGERPRINT),
+                ).fetchone()
+                fresh[session_id] = load_session(
+                    conn,
+                    self.path,
+                    session_id,
+                    row[0],
+                    row[1],
+                    None if checkpoint is None else (checkpoint[0], checkpoint[1]),
+                )
+        finally:
+            conn.execute("COMMIT")
+        return fresh
+
+    # ----------------------------------------------------------------- reading
+
+    async def _read(self, reads: Sequence[ReadRequest]) -> None:
+        session_ids = [request.session_id for request in reads]
+        try:
+            results = await self._thread.run(functools.partial(self._read_job, session_ids))
+        except (sqlite3.Error, StoreError) as exc:
+            for request in reads:
+                request.fail(StoreError(f"read from store file '{self.path}' failed: {exc}"))
+            await trio.lowlevel.checkpoint()
+            return
+        for request, result in zip(reads, results, strict=True):
+            if isinstance(result, StoreError):
+                request.fail(result)
+            else:
+                request.events = result
+                request.succeed()
+
+    def _read_job(self, session_ids: list[str]) -> list[list[Event] | StoreError]:
+        conn = self._require_conn()
+        results: list[list[Event] | StoreError] = []
+        for session_id in session_ids:
+            events: list[Event] = []
+            rows = conn.execute(
+                "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
+            )
+            try:
+                for seq, line in rows:
+                    try:
+                        events.append(decode_event(line))
+                    except EventDecodeError as exc:
+                        raise StoreError(
+                            f"store file '{self.path}' is damaged: session {session_id!r} seq "
+                            f"{seq} is not a valid event ({exc}); run 'broker log verify'"
+                        ) from exc
+            except StoreError as exc:
+                results.append(exc)
+                continue
+            results.append(events)
+        return results
+
+    # ----------------------------------------------------------------- open, recover, close
+
+    def _open_job(self) -> None:
+        check_writer_path(self.path)
+        self._lock.acquire()
+        try:
+            conn = connect_writer(self.path, self.synchronous)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._conn = conn
+        try:
+            self._heads = load_heads(conn, self.path)
+        except sqlite3.Error as exc:
+            raise StoreOpenError(
+                f"cannot open store file '{self.path}': sqlite says {str(exc)!r}"
+            ) from exc
+
+    def _pending_job(self, wanted: dict[str, frozenset[str]]) -> dict[str, list[str]]:
+        conn = self._require_conn()
+        return {
+            session_id: pending_in_log_order(conn, session_id, pending)
+            for session_id, pending in wanted.items()
+        }
+
+    async def _recover(self) -> None:
+        wanted = {
+            session_id: head.state.pending
+            for session_id, head in self._heads.items()
+            if head.state.pending or head.state.turn_open
+        }
+        orders = await self._thread.run(functools.partial(self._pending_job, wanted))
+        requests: list[Request] = []
+        entries: list[RecoveredSession] = []
+        for session_id, order in orders.items():
+            events, entry = recovery_events(session_id, self._heads[session_id].state, order)
+            if entry is None:
+                continue
+            requests.append(
+                AppendRequest(
+                    session_id=session_id,
+                    events=events,
+                    lines=tuple(encode_event(event) for event in events),
+                )
+            )
+            entries.append(entry)
+        if requests:
+            await self._write(requests)
+            await self._settle()
+            for request in requests:
+                try:
+                    await request.wait()
+                except StoreError as exc:
+                    raise StoreOpenError(f"cannot recover store file '{self.path}': {exc}") from exc
+        self.recovery = RecoveryReport(sessions_checked=len(self._heads), sessions=tuple(entries))
+
+    async def _final_checkpoints(self) -> None:
+        due = {
+            session_id: head
+            for session_id, head in self._heads.items()
+            if head.seq > head.checkpoint_seq
+        }
+        if not due or not self.checkpoint_every or self._broken is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        plan = _Plan(
+            creates=[],
+            auto_creates=[],
+            rows=[],
+            heads=[],
+            checkpoints=[
+                (session_id, head.seq, encode_state(head.state), PROJECTION_FINGERPRINT)
+                for session_id, head in due.items()
+            ],
+            fault=None,
+        )
+        try:
+            await self._thread.run(functools.partial(self._write_job, plan))
+        except (sqlite3.Error, StoreError):
+            # Checkpoints are a cache of the log; the next open folds a longer tail instead.
+            await trio.lowlevel.checkpoint()
+            return
+        self.transactions += 1
+        for session_id, head in due.items():
+            self._heads[session_id] = attrs.evolve(head, checkpoint_seq=head.seq)
+
+    def _close_job(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
