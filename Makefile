@@ -12,7 +12,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # flake8-async: the library must checkpoint in every async function (ASYNC910/911/912, house
 # rule 3). Tests and benches are exempt from those and from ASYNC124 (async without await):
 # their answerer stubs deliberately answer without yielding, a case the broker must handle.
-STARTABLE   := serve_answerer,serve_broker,start_answerer,_run,session_task
+STARTABLE   := serve_answerer,serve_broker,serve_acp,start_answerer,_run,session_task
 ASYNC_LIB   := --disable=ASYNC124 --startable-in-context-manager=$(STARTABLE)
 ASYNC_TESTS := --disable=ASYNC124,ASYNC910,ASYNC911,ASYNC912 \
   --startable-in-context-manager=$(STARTABLE)
@@ -48,11 +48,13 @@ bench: $(STAMP) system-deps
 	$(PY) -W error -m bench.latency
 	$(PY) -W error -m bench.runtime
 	$(PY) -W error -m bench.sandbox
+	$(PY) -W error -m bench.store
 
 bench-quick: $(STAMP) system-deps
 	$(PY) -W error -m bench.latency --quick
 	$(PY) -W error -m bench.runtime --quick
 	$(PY) -W error -m bench.sandbox --quick
+	$(PY) -W error -m bench.store --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

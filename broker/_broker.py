@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,6 +28,7 @@ from ._signal import AbortSignal
 from ._texts import DELEGATION_STATEMENT, OUTSIDE_TURN, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .store._memory import MemoryStore
+from .store._sqlite import open_sqlite_store
 
 if TYPE_CHECKING:
     from .store._protocol import EventStore
@@ -512,7 +515,7 @@ def _settled_by(cause: Withdrawal) -> Outcome:
 async def open_broker(
     *,
     policy: Policy | str = Policy.ASK,
-    store: EventStore | None = None,
+    store: EventStore | str | os.PathLike[str] | None = None,
     delegation: Delegation | str = Delegation.PIN_NEVER,
     settle_grace: float = 5.0,
 ) -> AsyncIterator[Broker]:
@@ -527,8 +530,9 @@ async def open_broker(
                 )   # Outcome.UNAVAILABLE: no answerer, fail closed
 
     Settings are validated before anything starts: an unknown *policy* raises the spec's
-    ``approval policy must be one of "ask" or "never"``. *store* defaults to a fresh
-    :class:`MemoryStore` (owned and closed by the broker); a store you pass stays yours.
+    ``approval policy must be one of "ask" or "never"``. *store* is the event log: a path opens
+    the durable SQLite store there (recovering it if needed; owned and closed by the broker);
+    ``None`` a fresh :class:`MemoryStore` (owned; for tests); a store object stays yours.
 
     Cancellation: on exit (also when cancelled) every session is closed in the documented
     order, shielded and bounded by *settle_grace*, then the root nursery is cancelled.
@@ -536,25 +540,32 @@ async def open_broker(
     default = parse_policy(policy)
     mode = _parse_delegation(delegation)
     grace = _check_grace(settle_grace)
-    owned = store is None
-    the_store: EventStore = MemoryStore() if store is None else store
-    try:
+    async with contextlib.AsyncExitStack() as owned:
+        the_store: EventStore
+        if store is None:
+            the_store = MemoryStore()
+            owned.push_async_callback(_close_shielded, the_store)
+        elif isinstance(store, str | os.PathLike):
+            the_store = await owned.enter_async_context(open_sqlite_store(store))
+        else:
+            the_store = store
         async with trio.open_nursery() as nursery:
             broker = Broker(nursery, the_store, default, mode, grace)
             try:
                 yield broker
             finally:
                 await broker.aclose()
-    finally:
-        if owned:
-            with trio.CancelScope(shield=True):
-                await the_store.aclose()
+
+
+async def _close_shielded(store: EventStore) -> None:
+    with trio.CancelScope(shield=True):
+        await store.aclose()
 
 
 async def serve_broker(
     *,
     policy: Policy | str = Policy.ASK,
-    store: EventStore | None = None,
+    store: EventStore | str | os.PathLike[str] | None = None,
     delegation: Delegation | str = Delegation.PIN_NEVER,
     settle_grace: float = 5.0,
     task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .. import MemoryStore, Outcome, encode_event, open_broker
+from .. import Outcome, open_broker
 from ..agent import AgentLoop, LoopObserver, Scenario, ScriptedModel
 from ..scenarios import scenario_path
+from ..store import open_sqlite_reader
 from ..tools import BashTool, BubblewrapExecutor, SandboxUnavailableError, ToolRuntime
 from ._terminal import TerminalAnswerer
 
@@ -49,17 +50,24 @@ def register(sub: _Sub) -> None:
         type=pathlib.Path,
         help="directory the agent works in (default: a fresh temporary directory)",
     )
+    parser.add_argument(
+        "--store",
+        type=pathlib.Path,
+        help="SQLite session log to write (default: a file in a fresh temporary directory)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; returns the exit status."""
     fixed = None if args.answer is None else _ANSWERS[args.answer]
-    if args.workspace is not None:
-        args.workspace.mkdir(parents=True, exist_ok=True)
-        return trio.run(_demo, fixed, args.workspace.resolve())
     with tempfile.TemporaryDirectory(prefix="broker-demo-") as tmp:
-        return trio.run(_demo, fixed, pathlib.Path(tmp))
+        workspace = pathlib.Path(tmp) / "workspace"
+        if args.workspace is not None:
+            workspace = args.workspace
+        workspace.mkdir(parents=True, exist_ok=True)
+        store = args.store or pathlib.Path(tmp) / "sessions.sqlite"
+        return trio.run(_demo, fixed, workspace.resolve(), store)
 
 
 class _Printer(LoopObserver):
@@ -78,7 +86,7 @@ class _Printer(LoopObserver):
             print(f"  | {line}")
 
 
-async def _demo(fixed: Outcome | None, workspace: pathlib.Path) -> int:
+async def _demo(fixed: Outcome | None, workspace: pathlib.Path, store: pathlib.Path) -> int:
     try:
         executor = await BubblewrapExecutor.probe()
     except SandboxUnavailableError as exc:
@@ -86,8 +94,8 @@ async def _demo(fixed: Outcome | None, workspace: pathlib.Path) -> int:
         await trio.lowlevel.checkpoint()
         return 2
     scenario = Scenario.from_file(scenario_path("escalation"))
-    store = MemoryStore()
     print(f"workspace: {workspace}  (sandbox: bubblewrap, default mode read-only)")
+    print(f"session log: {store}  (SQLite, synchronous=FULL)")
     async with open_broker(store=store) as broker, broker.open_session() as session:
         bash = BashTool(executor=executor, workspace=workspace)
         runtime = ToolRuntime(tools=[bash], approval=broker)
@@ -109,8 +117,9 @@ async def _demo(fixed: Outcome | None, workspace: pathlib.Path) -> int:
         print(f"file on disk: {target.name} = {target.read_text().strip()!r}")
     else:
         print(f"file on disk: {target.name} does not exist")
-    print("\naudit pairs (read back from the session log):")
-    for event in store.read_nowait(session_id):
-        if event.TYPE.startswith("approval/"):
-            print(f"  {encode_event(event)}")
+    print(f"\naudit pairs (read back from {store.name} after the broker closed):")
+    with open_sqlite_reader(store) as reader:
+        for row in reader.rows(session_id):
+            if row.line.startswith('{"type":"approval/'):
+                print(f"  {row.line}")
     return 0
