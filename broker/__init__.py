@@ -7,6 +7,8 @@ Every question "may this agent run this tool, once, now?" resolves to exactly on
 
 from __future__ import annotations
 
+__version__ = "0.1.0"
+
 from ._agent import Agent as Agent
 from ._agent import Notice as Notice
 from ._answerers import AnswererHandle as AnswererHandle

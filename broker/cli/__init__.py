@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _log
+from . import _acp, _demo, _log
 
 __all__ = ["main"]
 
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="broker", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo.register(sub)
+    _acp.register(sub)
     _log.register(sub)
     return parser
 

@@ -1,0 +1,275 @@
+"""The ACP agent side (v1): ``initialize``, ``session/new``, ``session/prompt``, ``session/cancel``.
+
+Each ACP session is a broker session actor. Its :class:`AcpAnswerer` lives in that actor's
+nursery (``session.start_answerer``), scoped to that session's agent; the connection's session
+map owns the agents, so an answerer answers only for its own agent (exact identity).
+
+Synopsis::
+
+    conn = JsonRpcConnection(send_stream=..., receive_stream=...)
+    await serve_acp(conn, broker, composition)     # until the client hangs up
+
+When the connection ends, every pending question of its sessions resolves ``unavailable`` (the
+answerer's request fails with ``ConnectionClosed``) and is audited; the running prompts are
+cancelled (their turns end ``cancelled``); then the sessions are closed in the documented order.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .. import __version__
+from .._signal import AbortSignal
+from ..agent._loop import LoopObserver, StopReason
+from ._answerer import AcpAnswerer
+from ._errors import ConnectionClosed, ErrorCode, JsonRpcError, WireDecodeError
+from ._wire import (
+    PROTOCOL_VERSION,
+    AcpMethod,
+    AgentCapabilities,
+    AgentMessageChunk,
+    CancelNotification,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    NewSessionRequest,
+    NewSessionResponse,
+    PromptRequest,
+    PromptResponse,
+    ResourceLink,
+    SessionNotification,
+    SessionUpdate,
+    TextContent,
+    ToolCall,
+    ToolCallContentBlock,
+    ToolCallStatus,
+    ToolCallUpdate,
+    ToolKind,
+    from_wire,
+    params_from_wire,
+    to_wire,
+)
+from ._wire import StopReason as WireStopReason
+
+if TYPE_CHECKING:
+    from .._broker import Broker
+    from .._composition import Composition
+    from .._session import Session
+    from ..agent._loop import AgentLoop
+    from ..tools._call import ToolCall as RuntimeToolCall
+    from ..tools._call import ToolResult
+    from ..tools._sandbox import BubblewrapExecutor, PlainExecutor
+    from ._jsonrpc import JsonRpcConnection
+
+__all__ = ["AcpAgent", "serve_acp"]
+
+log = logging.getLogger("broker.acp")
+
+_STOP = {
+    StopReason.END_TURN: WireStopReason.END_TURN,
+    StopReason.CANCELLED: WireStopReason.CANCELLED,
+    StopReason.MAX_TURN_REQUESTS: WireStopReason.MAX_TURN_REQUESTS,
+}
+
+
+@attrs.define(eq=False)
+class _AcpSession:
+    """One ACP session: its broker session, loop, and the signal of the running prompt."""
+
+    session: Session
+    loop: AgentLoop
+    prompt_signal: AbortSignal | None = None
+
+
+@attrs.define(eq=False)
+class _Updates(LoopObserver):
+    """Streams the loop's progress to the client as ``session/update`` notifications."""
+
+    connection: JsonRpcConnection
+    session_id: str
+
+    async def _send(self, update: SessionUpdate) -> None:
+        notification = SessionNotification(session_id=self.session_id, update=update)
+        try:
+            await self.connection.notify(AcpMethod.SESSION_UPDATE, to_wire(notification))
+        except ConnectionClosed:
+            # The prompt is about to be cancelled by the connection's teardown; nothing to tell.
+            await trio.lowlevel.checkpoint()
+
+    async def on_agent_text(self, text: str) -> None:
+        await self._send(AgentMessageChunk(content=TextContent(text=text)))
+
+    async def on_tool_call(self, call: RuntimeToolCall) -> None:
+        command = call.arguments.get("command")
+        title = command if call.name == "bash" and isinstance(command, str) else call.name
+        await self._send(
+            ToolCall(
+                tool_call_id=call.id,
+                title=title,
+                kind=ToolKind.EXECUTE if call.name == "bash" else ToolKind.OTHER,
+                status=ToolCallStatus.PENDING,
+                raw_input=call.arguments,
+            )
+        )
+
+    async def on_tool_result(self, call: RuntimeToolCall, result: ToolResult) -> None:
+        await self._send(
+            ToolCallUpdate(
+                tool_call_id=call.id,
+                status=ToolCallStatus.FAILED if result.is_error else ToolCallStatus.COMPLETED,
+                content=(ToolCallContentBlock(content=TextContent(text=result.output)),),
+            )
+        )
+
+
+@attrs.define(eq=False)
+class AcpAgent:
+    """The agent side of one ACP connection: its handlers and its session map."""
+
+    connection: JsonRpcConnection
+    broker: Broker
+    composition: Composition
+    executor: BubblewrapExecutor | PlainExecutor
+    sessions: dict[str, _AcpSession] = attrs.field(factory=dict, init=False)
+
+    def install(self) -> None:
+        """Register the handlers on the connection (before it serves)."""
+        self.connection.on_request(AcpMethod.INITIALIZE, self._initialize)
+        self.connection.on_request(AcpMethod.SESSION_NEW, self._new_session)
+        self.connection.on_request(AcpMethod.SESSION_PROMPT, self._prompt)
+        self.connection.on_notification(AcpMethod.SESSION_CANCEL, self._cancel)
+
+    async def _initialize(self, params: Any) -> Any:
+        request = params_from_wire(InitializeRequest, params)
+        # Version negotiation: echo the client's version when we speak it, else ours.
+        log.info("initialize: client protocol version %s", request.protocol_version)
+        await trio.lowlevel.checkpoint()
+        return to_wire(
+            InitializeResponse(
+                protocol_version=PROTOCOL_VERSION,
+                agent_capabilities=AgentCapabilities(),
+                auth_methods=(),
+                agent_info=Implementation(name="broker", version=__version__),
+            )
+        )
+
+    async def _new_session(self, params: Any) -> Any:
+        request = params_from_wire(NewSessionRequest, params)
+        workspace = pathlib.Path(request.cwd)
+        if not workspace.is_absolute() or not await trio.Path(workspace).is_dir():
+            raise JsonRpcError(
+                ErrorCode.INVALID_PARAMS,
+                f"invalid params: cwd must be an absolute path to an existing directory, got "
+                f"{request.cwd!r}",
+            )
+        if request.mcp_servers:
+            log.warning(
+                "session/new: %d MCP servers ignored (not supported)", len(request.mcp_servers)
+            )
+        session = await self.broker.start_session()
+        loop = self.composition.build_loop(
+            broker=self.broker,
+            session=session,
+            workspace=workspace,
+            executor=self.executor,
+            observer=_Updates(connection=self.connection, session_id=session.id),
+        )
+        answerer = AcpAnswerer(
+            connection=self.connection,
+            acp_session_id=session.id,
+            agent=session.agent,
+            broker=self.broker,
+            deadline=self.composition.permission_deadline,
+            allow_always=self.composition.allow_always,
+        )
+        await session.start_answerer(answerer)
+        self.sessions[session.id] = _AcpSession(session=session, loop=loop)
+        return to_wire(NewSessionResponse(session_id=session.id))
+
+    async def _prompt(self, params: Any) -> Any:
+        request = params_from_wire(PromptRequest, params)
+        acp = self._session(request.session_id)
+        if acp.prompt_signal is not None:
+            raise JsonRpcError(
+                ErrorCode.INVALID_REQUEST,
+                f"session {request.session_id} already has a prompt running: wait for its "
+                "response or send session/cancel",
+            )
+        parts = []
+        for block in request.prompt:
+            if isinstance(block, TextContent):
+                parts.append(block.text)
+            elif isinstance(block, ResourceLink):
+                parts.append(f"[{block.name}]({block.uri})")
+        signal = acp.prompt_signal = AbortSignal()
+        try:
+            result = await acp.loop.prompt("\n".join(parts), signal=signal)
+        finally:
+            acp.prompt_signal = None
+        return to_wire(PromptResponse(stop_reason=_STOP[result.stop_reason]))
+
+    def _cancel(self, params: Any) -> None:
+        try:
+            request = from_wire(CancelNotification, params)
+        except WireDecodeError as exc:
+            log.warning("session/cancel ignored: %s", exc)
+            return
+        acp = self.sessions.get(request.session_id)
+        if acp is None:
+            log.warning("session/cancel for unknown session %s ignored", request.session_id)
+            return
+        if acp.prompt_signal is not None:
+            # Every pending question of this prompt settles `cancelled`; the prompt answers
+            # stopReason "cancelled".
+            acp.prompt_signal.abort("session/cancel")
+
+    def _session(self, session_id: str) -> _AcpSession:
+        acp = self.sessions.get(session_id)
+        if acp is None or not acp.session.is_open:
+            raise JsonRpcError(
+                ErrorCode.INVALID_PARAMS,
+                f"invalid params: unknown sessionId {session_id!r}: create one with session/new",
+            )
+        return acp
+
+    async def aclose(self) -> None:
+        """Close every session of this connection (in parallel, each in the documented order).
+
+        Cancellation: shielded; bounded by the broker's ``settle_grace`` per session.
+        """
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for acp in self.sessions.values():
+                    nursery.start_soon(acp.session.aclose)
+        self.sessions.clear()
+        await trio.lowlevel.checkpoint()
+
+
+async def serve_acp(
+    connection: JsonRpcConnection,
+    broker: Broker,
+    composition: Composition,
+    executor: BubblewrapExecutor | PlainExecutor,
+    *,
+    task_status: trio.TaskStatus[AcpAgent] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve one ACP connection until the client hangs up (or this task is cancelled).
+
+    Cancellation: the connection is torn down (pending permission requests fail, prompts are
+    cancelled), then every session of the connection is closed, shielded and bounded.
+    """
+    agent = AcpAgent(
+        connection=connection, broker=broker, composition=composition, executor=executor
+    )
+    agent.install()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(connection.serve)
+            task_status.started(agent)
+    finally:
+        await agent.aclose()

@@ -1,0 +1,112 @@
+"""The ACP answerer (spec 8.4): asks the editor that owns the session, over the connection."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from .._vocabulary import Outcome
+from ._errors import ConnectionClosed, JsonRpcError, WireDecodeError
+from ._wire import (
+    AcpMethod,
+    CancelledPermissionOutcome,
+    PermissionOption,
+    PermissionOptionKind,
+    RequestPermissionRequest,
+    RequestPermissionResponse,
+    ToolCallUpdate,
+    from_wire,
+    to_wire,
+)
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+    from .._answerers import AnswerNext
+    from .._broker import Broker
+    from .._request import ApprovalRequest
+    from ._jsonrpc import JsonRpcConnection
+
+__all__ = ["ALLOW_ALWAYS", "ALLOW_ONCE", "REJECT_ONCE", "AcpAnswerer"]
+
+log = logging.getLogger("broker.acp")
+
+ALLOW_ONCE = PermissionOption(
+    option_id="allow-once", name="Allow once", kind=PermissionOptionKind.ALLOW_ONCE
+)
+REJECT_ONCE = PermissionOption(
+    option_id="reject-once", name="Reject", kind=PermissionOptionKind.REJECT_ONCE
+)
+ALLOW_ALWAYS = PermissionOption(
+    option_id="allow-always", name="Always allow", kind=PermissionOptionKind.ALLOW_ALWAYS
+)
+
+
+@attrs.define(eq=False)
+class AcpAnswerer:
+    """Answers the questions of exactly one agent (by identity) that carry a ``call_id``.
+
+    Anything else — another agent's question, a call-less one — is delegated with ``next()``.
+    The client gets ``session/request_permission`` with the two one-shot options (plus
+    ``allow-always`` when the composition honours remembered grants). Mapping: ``cancelled`` →
+    ``cancelled``; ``allow-once`` → ``allowed-once``; ``allow-always`` (when offered) → a grant
+    of the tool on the session, then ``allowed-once``; any other option id → ``rejected``; a
+    JSON-RPC error, a broken connection, a malformed answer, or no answer before the deadline
+    → ``unavailable``. A withdrawn question cancels the request: the client is sent
+    ``$/cancel_request`` and a late answer is dropped.
+    """
+
+    connection: JsonRpcConnection
+    acp_session_id: str
+    agent: Agent
+    broker: Broker
+    deadline: float
+    allow_always: bool = False
+
+    async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome:
+        """Ask the client. Cancellation (the question withdrawn): the client's request is
+        cancelled with ``$/cancel_request``; its late answer is dropped."""
+        if req.agent is not self.agent or req.call_id is None:
+            return await next_()
+        options = (ALLOW_ONCE, REJECT_ONCE, *((ALLOW_ALWAYS,) if self.allow_always else ()))
+        params = to_wire(
+            RequestPermissionRequest(
+                session_id=self.acp_session_id,
+                tool_call=ToolCallUpdate(tool_call_id=req.call_id),
+                options=options,
+            )
+        )
+        raw: object = None
+        # connection.request() always checkpoints (it queues a frame and waits for the answer).
+        with trio.move_on_after(self.deadline) as timer:  # noqa: ASYNC912
+            try:
+                raw = await self.connection.request(AcpMethod.SESSION_REQUEST_PERMISSION, params)
+            except JsonRpcError as exc:
+                log.info("client refused the permission request (%s): unavailable", exc)
+                return Outcome.UNAVAILABLE  # noqa: ASYNC910 (request() checkpointed)
+            except ConnectionClosed as exc:
+                log.info("connection closed while asking (%s): unavailable", exc.reason)
+                return Outcome.UNAVAILABLE  # noqa: ASYNC910 (request() checkpointed)
+        if timer.cancelled_caught:
+            log.warning(
+                "no answer to the permission request for %s within %gs: unavailable",
+                req.call_id,
+                self.deadline,
+            )
+            return Outcome.UNAVAILABLE
+        try:
+            answer = from_wire(RequestPermissionResponse, raw)
+        except WireDecodeError as exc:
+            log.warning("malformed permission answer (%s): unavailable", exc)
+            return Outcome.UNAVAILABLE
+        outcome = answer.outcome
+        if isinstance(outcome, CancelledPermissionOutcome):
+            return Outcome.CANCELLED
+        if outcome.option_id == ALLOW_ONCE.option_id:
+            return Outcome.ALLOWED_ONCE
+        if self.allow_always and outcome.option_id == ALLOW_ALWAYS.option_id:
+            await self.broker.grant(req.agent.session, req.tool_name)
+            return Outcome.ALLOWED_ONCE
+        return Outcome.REJECTED

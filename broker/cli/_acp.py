@@ -1,0 +1,118 @@
+"""``broker acp``: the composed agent speaking the Agent Client Protocol on stdio.
+
+stdout carries only protocol frames; logs go to stderr (or ``--log-file``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import pathlib
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from .. import open_broker
+from .._composition import Composition, CompositionError
+from ..acp._agent import serve_acp
+from ..acp._jsonrpc import JsonRpcConnection
+from ..agent._scripted import ScenarioError
+from ..hooks._settings import HookSettingsError
+from ..tools._sandbox import SandboxUnavailableError
+
+if TYPE_CHECKING:
+    _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def register(sub: _Sub) -> None:
+    """Add the ``acp`` sub-command."""
+    parser = sub.add_parser(
+        "acp",
+        help="serve the composed agent over the Agent Client Protocol on stdio",
+        description=__doc__,
+    )
+    parser.add_argument("--config", type=pathlib.Path, help="a TOML composition file")
+    parser.add_argument("--policy", choices=["ask", "never"], help="default approval policy")
+    parser.add_argument(
+        "--sandbox",
+        choices=["read-only", "workspace-write", "danger-full-access", "none"],
+        help="default sandbox mode of the bash tool (none: no sandbox at all)",
+    )
+    parser.add_argument("--scenario", help="scenario file (.json/.toml) or built-in name")
+    parser.add_argument(
+        "--store",
+        help="SQLite session log path; ':memory:' for none (default: a new file per process "
+        "under $XDG_STATE_HOME/broker/, so several agents never contend for one log)",
+    )
+    parser.add_argument("--hooks", help="Claude Code settings file with PreToolUse hooks")
+    parser.add_argument(
+        "--permission-deadline",
+        type=float,
+        help="seconds to wait for the client's permission answer (default 300)",
+    )
+    parser.add_argument(
+        "--allow-always",
+        action="store_true",
+        default=None,
+        help="offer and honour an 'Always allow' option (a remembered grant per tool)",
+    )
+    parser.add_argument("--log-file", type=pathlib.Path, help="write logs here, not to stderr")
+    parser.add_argument(
+        "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until the client closes stdin; returns the exit status."""
+    handler: logging.Handler = (
+        logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
+    )
+    logging.basicConfig(
+        level=args.log_level, handlers=[handler], format="%(asctime)s %(name)s %(message)s"
+    )
+    try:
+        composition = Composition.load(
+            args.config,
+            default_store=_default_store(),
+            policy=args.policy,
+            sandbox=args.sandbox,
+            scenario=args.scenario,
+            store=args.store,
+            hooks=args.hooks,
+            permission_deadline=args.permission_deadline,
+            allow_always=args.allow_always,
+        )
+    except (CompositionError, ScenarioError, HookSettingsError) as exc:
+        print(f"broker acp: {exc}", file=sys.stderr)
+        return 2
+    return trio.run(_serve, composition)
+
+
+def _default_store() -> pathlib.Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(pathlib.Path.home() / ".local" / "state")
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return pathlib.Path(state) / "broker" / f"acp-{stamp}-{os.getpid()}.sqlite"
+
+
+async def _serve(composition: Composition) -> int:
+    try:
+        executor = await composition.executor()
+    except SandboxUnavailableError as exc:
+        print(f"broker acp: {exc}", file=sys.stderr)
+        await trio.lowlevel.checkpoint()
+        return 2
+    if composition.store is not None:
+        await trio.Path(composition.store).parent.mkdir(parents=True, exist_ok=True)
+        logging.getLogger("broker.acp").info("session log: %s", composition.store)
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    stdout = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
+    connection = JsonRpcConnection(send_stream=stdout, receive_stream=stdin)
+    async with open_broker(
+        policy=composition.policy, delegation=composition.delegation, store=composition.store
+    ) as broker:
+        await serve_acp(connection, broker, composition, executor)
+    return 0
