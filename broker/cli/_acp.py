@@ -6,19 +6,22 @@ stdout carries only protocol frames; logs go to stderr (or ``--log-file``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import os
 import pathlib
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
+import attrs
 import trio
 
 from .. import open_broker
 from .._composition import Composition, CompositionError
 from ..acp._agent import serve_acp
-from ..acp._jsonrpc import JsonRpcConnection
+from ..acp._jsonrpc import Direction, Frame, JsonRpcConnection
 from ..agent._scripted import ScenarioError
 from ..hooks._settings import HookSettingsError
 from ..tools._sandbox import SandboxUnavailableError
@@ -61,6 +64,12 @@ def register(sub: _Sub) -> None:
     )
     parser.add_argument("--log-file", type=pathlib.Path, help="write logs here, not to stderr")
     parser.add_argument(
+        "--trace-frames",
+        type=pathlib.Path,
+        help='append every JSON-RPC frame, as {"dir": "sent"|"received", "frame": …} '
+        "lines, to this file (for snapshots and schema checks)",
+    )
+    parser.add_argument(
         "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
     parser.set_defaults(func=run)
@@ -89,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     except (CompositionError, ScenarioError, HookSettingsError) as exc:
         print(f"broker acp: {exc}", file=sys.stderr)
         return 2
-    return trio.run(_serve, composition)
+    return trio.run(_serve, composition, args.trace_frames)
 
 
 def _default_store() -> pathlib.Path:
@@ -98,7 +107,19 @@ def _default_store() -> pathlib.Path:
     return pathlib.Path(state) / "broker" / f"acp-{stamp}-{os.getpid()}.sqlite"
 
 
-async def _serve(composition: Composition) -> int:
+@attrs.define(eq=False)
+class _FrameTrace:
+    """Writes each frame as one JSON line, flushed, so a killed process leaves whole lines."""
+
+    file: IO[str]
+
+    def __call__(self, frame: Frame) -> None:
+        direction = "sent" if frame.direction is Direction.SENT else "received"
+        self.file.write(json.dumps({"dir": direction, "frame": frame.message}) + "\n")
+        self.file.flush()
+
+
+async def _serve(composition: Composition, trace: pathlib.Path | None = None) -> int:
     try:
         executor = await composition.executor()
     except SandboxUnavailableError as exc:
@@ -110,9 +131,13 @@ async def _serve(composition: Composition) -> int:
         logging.getLogger("broker.acp").info("session log: %s", composition.store)
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     stdout = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
-    connection = JsonRpcConnection(send_stream=stdout, receive_stream=stdin)
-    async with open_broker(
-        policy=composition.policy, delegation=composition.delegation, store=composition.store
-    ) as broker:
-        await serve_acp(connection, broker, composition, executor)
+    with contextlib.ExitStack() as files:
+        hook = None
+        if trace is not None:
+            hook = _FrameTrace(files.enter_context(trace.open("a", encoding="utf-8")))
+        connection = JsonRpcConnection(send_stream=stdout, receive_stream=stdin, on_frame=hook)
+        async with open_broker(
+            policy=composition.policy, delegation=composition.delegation, store=composition.store
+        ) as broker:
+            await serve_acp(connection, broker, composition, executor)
     return 0
