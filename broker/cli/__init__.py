@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _acp, _demo, _log
+from . import _acp, _chaos, _demo, _log
 
 __all__ = ["main"]
 
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo.register(sub)
     _acp.register(sub)
+    _chaos.register(sub)
     _log.register(sub)
     return parser
 

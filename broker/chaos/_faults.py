@@ -1,0 +1,96 @@
+"""A store wrapper that fails chosen audit appends and watches every decision land."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .._events import ApprovalAsked, ApprovalDecided
+from ..store._protocol import StoreError
+
+if TYPE_CHECKING:
+    from .._events import Event
+    from .._projection import ApprovalState
+    from ..store._protocol import EventStore
+
+__all__ = ["FaultyStore", "SyncFaultyStore"]
+
+
+@attrs.define(eq=False)
+class FaultyStore:
+    """Wraps *inner*; an append carrying the ``asked`` of a call in ``fail_asked`` (or the
+    ``decided`` of a call in ``fail_decided``) fails whole, once, like a full disk would.
+
+    Every event id of a failed batch is remembered (``failed_ids``): a batch may carry other
+    questions' events too, and those are failed with it. ``on_decided`` sees each decision
+    that was made durable.
+    """
+
+    inner: EventStore
+    fail_asked: set[str] = attrs.field(factory=set)
+    fail_decided: set[str] = attrs.field(factory=set)
+    on_decided: Callable[[ApprovalDecided], None] | None = None
+    call_of: dict[str, str] = attrs.field(factory=dict, init=False)
+    failed_ids: set[str] = attrs.field(factory=set, init=False)
+    injected: int = attrs.field(default=0, init=False)
+
+    def _check(self, events: Sequence[Event]) -> None:
+        fail = False
+        for event in events:
+            if isinstance(event, ApprovalAsked) and event.call_id is not None:
+                self.call_of[event.id] = event.call_id
+                if event.call_id in self.fail_asked:
+                    self.fail_asked.discard(event.call_id)
+                    fail = True
+            elif isinstance(event, ApprovalDecided):
+                call = self.call_of.get(event.id)
+                if call is not None and call in self.fail_decided:
+                    self.fail_decided.discard(call)
+                    fail = True
+        if fail:
+            self.injected += 1
+            for event in events:
+                if isinstance(event, ApprovalAsked | ApprovalDecided):
+                    self.failed_ids.add(event.id)
+            raise StoreError("injected fault: database or disk is full")
+
+    def _landed(self, events: Sequence[Event]) -> None:
+        if self.on_decided is not None:
+            for event in events:
+                if isinstance(event, ApprovalDecided):
+                    self.on_decided(event)
+
+    async def create_session(self, session_id: str, parent_id: str | None) -> None:
+        """As the inner store. Cancellation: as the inner store."""
+        await self.inner.create_session(session_id, parent_id)
+
+    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+        """Fail if planned, else append to the inner store. Cancellation: as the inner store."""
+        self._check(events)
+        await self.inner.append(session_id, events)
+        self._landed(events)
+
+    async def load_state(self, session_id: str) -> ApprovalState:
+        """As the inner store. Cancellation: safe."""
+        return await self.inner.load_state(session_id)
+
+    async def read(self, session_id: str) -> list[Event]:
+        """As the inner store. Cancellation: safe."""
+        return await self.inner.read(session_id)
+
+    async def aclose(self) -> None:
+        """As the inner store."""
+        await self.inner.aclose()
+
+
+@attrs.define(eq=False)
+class SyncFaultyStore(FaultyStore):
+    """The same, for an inner store that acknowledges synchronously (keeps the inline path)."""
+
+    def append_nowait(self, session_id: str, events: Sequence[Event]) -> None:
+        """Fail if planned, else append synchronously to the inner store."""
+        self._check(events)
+        self.inner.append_nowait(session_id, events)  # type: ignore[attr-defined]
+        self._landed(events)

@@ -1,0 +1,344 @@
+"""The chaos harness: seeded faults against a live broker, then the invariants checked.
+
+Synopsis::
+
+    report = run_chaos(ChaosConfig(seed=7, asks=2000, sessions=32))
+    assert report.ok, report.violations
+
+Runs on trio's :class:`~trio.testing.MockClock` with autojump (virtual time: fast, and the
+timing of every fault is reproducible from the seed; the order in which trio runs tasks of one
+scheduler pass may still vary). The store is the in-memory store behind a fault injector.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import random
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+import trio.testing
+
+from .._broker import open_broker
+from .._errors import AuditAppendError, SessionClosedError
+from .._events import ApprovalDecided
+from .._request import ApprovalRequest
+from .._signal import AbortSignal
+from .._vocabulary import Outcome
+from ..store._memory import MemoryStore
+from ._checks import check_logs, never_reached
+from ._faults import SyncFaultyStore
+from ._instrument import Watch
+from ._plan import TOOLS, AskPlan, Behaviour, ChaosConfig, StoreFault, make_plans
+
+if TYPE_CHECKING:
+    from .._answerers import AnswererHandle, AnswerNext
+    from .._broker import Broker
+    from .._session import Session
+
+__all__ = ["ChaosReport", "run_chaos"]
+
+# How many scheduler passes a withdrawn question may take to settle (its decided appended).
+ABORT_LAG_BOUND = 1
+_QUIET = 30.0  # virtual seconds the asks get to finish on their own before teardown
+_TEARDOWN = 30.0  # virtual seconds the teardown gets to settle everything
+
+
+@attrs.frozen(kw_only=True)
+class ChaosReport:
+    """The figures of a run and every violated invariant (``ok`` when there is none)."""
+
+    config: ChaosConfig
+    asked: int
+    outcomes: dict[str, int]
+    raised: dict[str, int]
+    faults: dict[str, int]
+    recovered: int
+    abort_lags: tuple[int, ...]
+    settled_by_teardown: int
+    violations: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def lines(self) -> list[str]:
+        """A human-readable summary."""
+        lags = sorted(self.abort_lags)
+        lag = (
+            f"p50 {lags[len(lags) // 2]}, max {lags[-1]} scheduling passes "
+            f"(bound {ABORT_LAG_BOUND}; {len(lags)} withdrawn mid-question)"
+            if lags
+            else "no question was withdrawn mid-question"
+        )
+        c = self.config
+        return [
+            f"chaos: seed {c.seed}, {c.asks} asks over {c.sessions} sessions, "
+            f"fault rate {c.fault_rate:g}",
+            "outcomes (decided): "
+            + ", ".join(f"{k} {v}" for k, v in self.outcomes.items())
+            + f"; asked {self.asked}",
+            "raised to callers: "
+            + (", ".join(f"{k} {v}" for k, v in self.raised.items()) or "none"),
+            "faults: " + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())),
+            f"crash tails closed by recovery: {self.recovered}; "
+            f"settled by teardown: {self.settled_by_teardown}",
+            f"abort to settled: {lag}",
+            f"violations: {len(self.violations)}",
+            *[f"  - {v}" for v in self.violations[:20]],
+        ]
+
+
+def run_chaos(config: ChaosConfig) -> ChaosReport:
+    """Run *config* to completion on a virtual clock; never raises for a violation."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    report: ChaosReport = trio.run(_run, config, clock=clock)
+    return report
+
+
+@attrs.define(eq=False)
+class _Run:
+    config: ChaosConfig
+    plans: list[AskPlan]
+    store: SyncFaultyStore
+    watch: Watch
+    by_call: dict[str, AskPlan] = attrs.field(init=False)
+    answered_allow: set[str] = attrs.field(factory=set)
+    invocations: list[tuple[str, str]] = attrs.field(factory=list)
+    abort_pass: dict[str, int] = attrs.field(factory=dict)
+    decided_pass: dict[str, int] = attrs.field(factory=dict)
+    decided_outcome: dict[str, Outcome] = attrs.field(factory=dict)
+    raised: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    faults: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    unfinished: set[str] = attrs.field(factory=set)
+    launched: bool = False
+    idle: trio.Event = attrs.field(factory=trio.Event)
+    finished_before_teardown: set[str] = attrs.field(factory=set)
+    handles: dict[str, AnswererHandle] = attrs.field(factory=dict)
+    violations: list[str] = attrs.field(factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        self.by_call = {plan.call_id: plan for plan in self.plans}
+
+    def on_decided(self, event: ApprovalDecided) -> None:
+        call = self.store.call_of.get(event.id)
+        if call is not None:
+            self.decided_pass[call] = self.watch.passes
+            self.decided_outcome[call] = event.outcome
+
+    # -- answerers ----------------------------------------------------------------------------
+
+    async def gate(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome:
+        """First in every chain: records that a question reached the answerers."""
+        self.invocations.append((req.agent.session.id, req.call_id or ""))
+        return await next_()
+
+    def answerer(self, req: ApprovalRequest, next_: AnswerNext) -> Awaitable[Outcome]:
+        """The session's terminal answerer; a plain callable so it can also fail synchronously."""
+        plan = self.by_call[req.call_id or ""]
+        if plan.behaviour is Behaviour.RAISE_SYNC:
+            raise RuntimeError("answerer failed before returning an awaitable")
+        return self._answer(plan, next_)
+
+    async def _answer(self, plan: AskPlan, next_: AnswerNext) -> Outcome:
+        behaviour = plan.behaviour
+        await trio.sleep(plan.answer_delay if behaviour is Behaviour.SLOW else 0)
+        if behaviour in (Behaviour.ALLOW, Behaviour.SLOW):
+            self.answered_allow.add(plan.call_id)  # no checkpoint between this and the return
+            return Outcome.ALLOWED_ONCE
+        if behaviour is Behaviour.REJECT:
+            return Outcome.REJECTED
+        if behaviour is Behaviour.CANCEL:
+            return Outcome.CANCELLED
+        if behaviour is Behaviour.RAISE:
+            raise RuntimeError("answerer failed")
+        if behaviour is Behaviour.GARBAGE:
+            return "yes, sure"  # type: ignore[return-value]
+        if behaviour is Behaviour.DELEGATE:
+            return await next_()
+        await trio.sleep_forever()  # HANG: until withdrawn, torn down, or the session closes
+        raise AssertionError("unreachable")
+
+    # -- one ask --------------------------------------------------------------------------------
+
+    async def ask(self, broker: Broker, session: Session, plan: AskPlan) -> None:
+        call = plan.call_id
+        signal = AbortSignal()
+        self.unfinished.add(call)
+        async with trio.open_nursery() as helpers:
+            if plan.abort_at == 0.0:
+                signal.abort("aborted before asking")
+                self.faults["abort-before"] += 1
+            elif plan.abort_at is not None:
+                helpers.start_soon(self._abort_later, signal, call, plan.abort_at)
+            if plan.teardown_at is not None:
+                helpers.start_soon(self._teardown_later, session, plan.teardown_at)
+            request = ApprovalRequest(
+                agent=session.agent, tool_name=plan.tool, call_id=call, signal=signal
+            )
+            with trio.CancelScope() as caller:  # noqa: ASYNC912 (request() always checkpoints)
+                if plan.cancel_at is not None:
+                    caller.deadline = trio.current_time() + plan.cancel_at
+                try:
+                    await broker.request(request)
+                except AuditAppendError:
+                    self.raised["audit-append-error"] += 1
+                except SessionClosedError:
+                    self.raised["session-closed"] += 1
+            if caller.cancelled_caught:
+                self.raised["caller-cancelled"] += 1
+            helpers.cancel_scope.cancel(reason="ask settled")
+        self.unfinished.discard(call)
+        self._maybe_idle()
+
+    def _maybe_idle(self) -> None:
+        if self.launched and not self.unfinished:
+            self.idle.set()
+
+    async def _abort_later(self, signal: AbortSignal, call: str, delay: float) -> None:
+        await trio.sleep(delay)
+        if call in self.unfinished:
+            self.faults["abort-mid-question"] += 1
+            self.abort_pass[call] = self.watch.passes
+            signal.abort("chaos")
+
+    async def _teardown_later(self, session: Session, delay: float) -> None:
+        await trio.sleep(delay)
+        handle = self.handles.get(session.id)
+        if handle is None or not session.is_open:
+            return
+        self.faults["answerer-torn-down"] += 1
+        handle.close(reason="chaos teardown")
+        with contextlib.suppress(SessionClosedError):
+            self.handles[session.id] = await session.start_answerer(self.answerer)
+
+    # -- racing policy switches and grants ------------------------------------------------------
+
+    async def meddle(self, broker: Broker, sessions: list[Session], free: list[Session]) -> None:
+        rng = random.Random(self.config.seed ^ 0x5EED)
+        span = max(1.0, self.config.asks / 50)
+        while True:
+            await trio.sleep(rng.uniform(0.0, span / 20))
+            try:
+                if free and rng.random() < 0.5:
+                    target = rng.choice(free)
+                    if await broker.set_policy(target.agent, rng.choice(["ask", "never"])):
+                        self.faults["policy-switch"] += 1
+                else:
+                    if await broker.grant(rng.choice(sessions), rng.choice(TOOLS)):
+                        self.faults["grant"] += 1
+            except SessionClosedError:
+                return
+
+
+async def _run(config: ChaosConfig) -> ChaosReport:
+    plans = make_plans(config)
+    inner = MemoryStore()
+    watch = Watch()
+    store = SyncFaultyStore(
+        inner,
+        fail_asked={p.call_id for p in plans if p.store_fault is StoreFault.ASKED},
+        fail_decided={p.call_id for p in plans if p.store_fault is StoreFault.DECIDED},
+    )
+    run = _Run(config=config, plans=plans, store=store, watch=watch)
+    store.on_decided = run.on_decided
+    for plan in plans:
+        if plan.behaviour is not Behaviour.ALLOW:
+            run.faults[f"answerer-{plan.behaviour.value}"] += 1
+        if plan.store_fault is not StoreFault.NONE:
+            run.faults[f"planned-store-{plan.store_fault.value}"] += 1
+    trio.lowlevel.add_instrument(watch)
+    session_ids: list[str] = []
+    never: set[str] = set()
+    settled_by_teardown = 0
+    try:
+        async with open_broker(store=store) as broker:
+            sessions = [await broker.start_session() for _ in range(config.sessions)]
+            session_ids = [s.id for s in sessions]
+            for index, session in enumerate(sessions):
+                if index % 5 == 4:  # pinned to never for the whole run
+                    await broker.set_approval_policy(session, "never")
+                    never.add(session.id)
+            free = [s for s in sessions if s.id not in never]
+            stop = trio.Event()
+            async with broker.answerer(run.gate, prepend=True), trio.open_nursery() as nursery:
+                for session in sessions:
+                    run.handles[session.id] = await session.start_answerer(run.answerer)
+                    nursery.start_soon(_hold_turn, session, stop)
+                nursery.start_soon(run.meddle, broker, sessions, free)
+                async with trio.open_nursery() as asks:
+                    limiter = trio.CapacityLimiter(config.concurrency)
+                    start = trio.current_time()
+                    for plan in sorted(plans, key=lambda p: p.start):
+                        await trio.sleep_until(start + plan.start)
+                        asks.start_soon(
+                            _limited, limiter, run.ask, broker, sessions[plan.session], plan
+                        )
+                    run.launched = True
+                    run._maybe_idle()
+                    with trio.move_on_after(_QUIET):
+                        await run.idle.wait()
+                    run.finished_before_teardown = {p.call_id for p in plans} - run.unfinished
+                    pending = set(run.unfinished)
+                    # Teardown in the documented order settles whatever still hangs.
+                    async with trio.open_nursery() as closers:
+                        for session in sessions:
+                            closers.start_soon(session.aclose)
+                    with trio.move_on_after(_TEARDOWN):
+                        await run.idle.wait()
+                    settled_by_teardown = len(pending - run.unfinished)
+                    for call in sorted(run.unfinished):
+                        run.violations.append(f"{call} was still waiting after the teardown")
+                    asks.cancel_scope.cancel(reason="chaos run over")
+                stop.set()
+                nursery.cancel_scope.cancel(reason="chaos run over")
+    finally:
+        trio.lowlevel.remove_instrument(watch)
+    for task in watch.alive:
+        run.violations.append(f"task {task.name} was still running after the broker closed")
+    logs = {sid: inner.read_nowait(sid) for sid in session_ids}
+    facts = check_logs(
+        logs,
+        answered_allow=run.answered_allow,
+        failed_ids=store.failed_ids,
+        violations=run.violations,
+    )
+    never_reached(run.invocations, never, run.violations)
+    run.faults["injected-store-failure"] = store.injected
+    lags = []
+    for call, at in run.abort_pass.items():
+        landed = run.decided_pass.get(call)
+        if landed is None or run.decided_outcome.get(call) is not Outcome.CANCELLED:
+            continue  # decided before the abort landed, or its audit append was failed
+        lag = landed - at
+        lags.append(lag)
+        if lag > ABORT_LAG_BOUND:
+            run.violations.append(
+                f"{call} settled {lag} scheduling passes after its abort (bound {ABORT_LAG_BOUND})"
+            )
+    return ChaosReport(
+        config=config,
+        asked=facts.asked,
+        outcomes=facts.outcomes,
+        raised=dict(run.raised),
+        faults=dict(run.faults),
+        recovered=facts.recovered,
+        abort_lags=tuple(lags),
+        settled_by_teardown=settled_by_teardown,
+        violations=tuple(run.violations),
+    )
+
+
+async def _hold_turn(session: Session, stop: trio.Event) -> None:
+    async with session.turn():
+        await stop.wait()
+
+
+async def _limited(
+    limiter: trio.CapacityLimiter, fn: Callable[..., Awaitable[Any]], *args: Any
+) -> None:
+    async with limiter:
+        await fn(*args)

@@ -1,0 +1,141 @@
+"""The chaos harness: a short seeded run keeps every invariant, and the checks can fail."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from broker import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalGrant,
+    Event,
+    Outcome,
+    TurnStart,
+)
+from broker.chaos import ChaosConfig, run_chaos
+from broker.chaos._checks import check_logs, never_reached
+from broker.chaos._plan import make_plans
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_seeded_run_keeps_every_invariant(seed: int) -> None:
+    report = run_chaos(ChaosConfig(seed=seed, asks=400, sessions=8, fault_rate=0.2))
+    assert report.violations == ()
+    assert report.ok
+    # The run really exercised the faults it claims to.
+    for kind in (
+        "answerer-raise",
+        "answerer-raise-sync",
+        "answerer-garbage",
+        "answerer-hang",
+        "injected-store-failure",
+        "abort-before",
+    ):
+        assert report.faults.get(kind, 0) > 0, kind
+    assert all(count > 0 for count in report.outcomes.values()), report.outcomes
+    assert report.recovered == report.faults["planned-store-decided-append"]
+    assert all(lag <= 1 for lag in report.abort_lags)
+
+
+def test_the_plan_is_a_function_of_the_seed() -> None:
+    config = ChaosConfig(seed=42, asks=50, sessions=4)
+    assert make_plans(config) == make_plans(config)
+    assert make_plans(config) != make_plans(ChaosConfig(seed=43, asks=50, sessions=4))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"asks": 0}, r"^asks must be a positive integer, got 0$"),
+        ({"fault_rate": 1.5}, r"^fault_rate must be between 0 and 1, got 1\.5$"),
+    ],
+)
+def test_bad_configs_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ChaosConfig(seed=1, **kwargs)  # type: ignore[arg-type]
+
+
+# -- the checks catch what they claim to catch -------------------------------------------------
+
+
+def asked(i: str, tool: str = "bash") -> ApprovalAsked:
+    return ApprovalAsked(id=i, tool_name=tool, call_id=f"call-{i}")
+
+
+def check(
+    events: list[Event], *, allow: set[str] = frozenset(), failed: set[str] = frozenset()
+) -> list[str]:  # type: ignore[assignment]
+    violations: list[str] = []
+    check_logs(
+        {"s": [TurnStart(turn=1), *events]},
+        answered_allow=set(allow),
+        failed_ids=set(failed),
+        violations=violations,
+    )
+    return violations
+
+
+def test_an_allow_nobody_gave_is_a_violation() -> None:
+    ok = [asked("a"), ApprovalDecided(id="a", outcome=Outcome.ALLOWED_ONCE)]
+    assert check(ok, allow={"call-a"}) == []
+    [violation] = check(ok)
+    assert "call-a was allowed-once, but no answerer returned allowed-once" in violation
+
+
+def test_a_remembered_allow_needs_an_earlier_grant() -> None:
+    remembered = ApprovalDecided(id="a", outcome=Outcome.ALLOWED_ONCE, remembered=True)
+    assert check([ApprovalGrant(tool_name="bash"), asked("a"), remembered]) == []
+    assert len(check([asked("a"), remembered, ApprovalGrant(tool_name="bash")])) == 1
+    assert len(check([ApprovalGrant(tool_name="edit"), asked("a"), remembered])) == 1
+
+
+def test_pairing_violations() -> None:
+    [unpaired] = check([asked("a")])
+    assert "asked a (call-a) has no decided" in unpaired
+    assert check([asked("a")], failed={"a"}) == []
+    [double] = check(
+        [
+            asked("a"),
+            ApprovalDecided(id="a", outcome=Outcome.REJECTED),
+            ApprovalDecided(id="a", outcome=Outcome.REJECTED),
+        ]
+    )
+    assert "has 2 decided events" in double
+    [orphan] = check([ApprovalDecided(id="z", outcome=Outcome.REJECTED)])
+    assert "decided z has no asked" in orphan
+
+
+def test_a_never_session_reaching_an_answerer_is_a_violation() -> None:
+    violations: list[str] = []
+    never_reached([("s1", "ask-1"), ("s2", "ask-2")], {"s2"}, violations)
+    assert violations == ["session s2 is under never, yet an answerer was asked ask-2"]
+
+
+@pytest.mark.slow
+def test_the_cli_prints_figures_and_exits_zero() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-m",
+            "broker.cli",
+            "chaos",
+            "--seed",
+            "5",
+            "--asks",
+            "300",
+            "--sessions",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "violations: 0" in done.stdout
+    assert done.stderr == ""
