@@ -66,8 +66,11 @@ def asked(i: str, tool: str = "bash") -> ApprovalAsked:
 
 
 def check(
-    events: list[Event], *, allow: set[str] = frozenset(), failed: set[str] = frozenset()
-) -> list[str]:  # type: ignore[assignment]
+    events: list[Event],
+    *,
+    allow: frozenset[str] = frozenset(),
+    failed: frozenset[str] = frozenset(),
+) -> list[str]:
     violations: list[str] = []
     check_logs(
         {"s": [TurnStart(turn=1), *events]},
