@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Set as AbstractSet
 
 import pytest
 
@@ -68,8 +69,8 @@ def asked(i: str, tool: str = "bash") -> ApprovalAsked:
 def check(
     events: list[Event],
     *,
-    allow: frozenset[str] = frozenset(),
-    failed: frozenset[str] = frozenset(),
+    allow: AbstractSet[str] = frozenset(),
+    failed: AbstractSet[str] = frozenset(),
 ) -> list[str]:
     violations: list[str] = []
     check_logs(
