@@ -49,12 +49,14 @@ bench: $(STAMP) system-deps
 	$(PY) -W error -m bench.runtime
 	$(PY) -W error -m bench.sandbox
 	$(PY) -W error -m bench.store
+	$(PY) -W error -m bench.crash
 
 bench-quick: $(STAMP) system-deps
 	$(PY) -W error -m bench.latency --quick
 	$(PY) -W error -m bench.runtime --quick
 	$(PY) -W error -m bench.sandbox --quick
 	$(PY) -W error -m bench.store --quick
+	$(PY) -W error -m bench.crash --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
