@@ -95,8 +95,10 @@ class Session:
     _batch: list[_Command] = attrs.field(factory=list, init=False)
     # Questions past admission and not yet settled, by request id.
     _flights: dict[str, Flight] = attrs.field(factory=dict, init=False)
-    _settled: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _finished: trio.Event = attrs.field(factory=trio.Event, init=False)
+    # Created when first needed: an idle session should cost as little memory as possible.
+    _settled: trio.Event | None = attrs.field(default=None, init=False)
+    _finished: trio.Event | None = attrs.field(default=None, init=False)
+    _done: bool = attrs.field(default=False, init=False)
     # Answerers scoped to this session's agent, sorted by registration order.
     _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     crash_cause: BaseException | None = attrs.field(default=None, init=False)
@@ -231,6 +233,17 @@ class Session:
         handle: AnswererHandle = await self.start(serve)
         return handle
 
+    def add_answerer(self, fn: AnswerFn, *, prepend: bool = False) -> AnswererHandle:
+        """Register *fn* for this session's agent, held by the session itself (no task).
+
+        The answerer lives until ``handle.close()`` or the session closes (step 5 of the
+        teardown). Use it when the answerer needs no task of its own — it is the cheapest
+        scoped answerer; use :meth:`start_answerer` when its lifetime is a task's.
+        """
+        if not self.is_open:
+            raise self._closed_error("add an answerer to")
+        return self._broker._register(fn, self.agent, prepend)
+
     def _require_nursery(self) -> trio.Nursery:
         if self._nursery is None or not self.is_open:
             raise self._closed_error("start a task in")
@@ -360,7 +373,9 @@ class Session:
         for handle in list(self._answerers):
             handle.close(reason=f"session {self.id} {self._status.value}")
         self._broker._forget(self)
-        self._finished.set()
+        self._done = True
+        if self._finished is not None:
+            self._finished.set()
 
     # -- appends --------------------------------------------------------------------------
 
@@ -417,7 +432,7 @@ class Session:
 
     def _settle(self, request_id: str) -> None:
         self._flights.pop(request_id, None)
-        if not self._flights and self._status is _Status.CLOSING:
+        if not self._flights and self._status is _Status.CLOSING and self._settled is not None:
             self._settled.set()
 
     # -- teardown -------------------------------------------------------------------------
@@ -435,16 +450,25 @@ class Session:
                     for flight in list(self._flights.values()):
                         flight.withdraw(Withdrawal.SESSION_CLOSING, f"session {self.id}")
                     if self._flights:
+                        self._settled = trio.Event()
                         await self._settled.wait()
                     if self._state.turn_open:
                         await self._end_turn(self._state.turn, "closed")
                 self._send.close()
             with trio.move_on_after(self._broker.settle_grace):
-                await self._finished.wait()
+                await self._wait_done()
         await trio.lowlevel.checkpoint()
 
     async def wait_closed(self) -> None:
         """Wait until the session's actor has finished. Cancellation: just stops waiting."""
+        await self._wait_done()
+
+    async def _wait_done(self) -> None:
+        if self._done:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._finished is None:
+            self._finished = trio.Event()
         await self._finished.wait()
 
     def _closed_error(self, action: str, parameter: str = "session") -> SessionClosedError:

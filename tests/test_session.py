@@ -390,3 +390,22 @@ async def test_the_actor_path_batches_and_keeps_pairs_ordered() -> None:
     # 102 events (turn start/end + 50 pairs) in fewer transactions: the actor batched them.
     assert len(events) == 102
     assert store.appends < 102
+
+
+async def test_add_answerer_lives_as_long_as_the_session(approval_broker: Broker) -> None:
+    session = await approval_broker.start_session()
+    other = await approval_broker.start_session()
+
+    async def allow(_r: ApprovalRequest, _n: AnswerNext) -> Outcome:
+        await trio.lowlevel.checkpoint()
+        return Outcome.ALLOWED_ONCE
+
+    handle = session.add_answerer(allow)
+    async with session.turn():
+        assert await approval_broker.request(req(session)) is Outcome.ALLOWED_ONCE
+    async with other.turn():  # scoped: another session's agent never reaches it
+        assert await approval_broker.request(req(other)) is Outcome.UNAVAILABLE
+    await session.aclose()
+    assert handle.closed
+    with pytest.raises(SessionClosedError, match=r"which is closed: cannot add an answerer to"):
+        session.add_answerer(allow)
