@@ -44,17 +44,15 @@ lint: $(STAMP)
 	$(VENV)/bin/flake8-async $(ASYNC_LIB) $$(git ls-files 'broker/*.py')
 	$(VENV)/bin/flake8-async $(ASYNC_TESTS) $$(git ls-files 'tests/*.py' 'bench/*.py')
 
+# The suite (python -m bench) prints a table and writes bench/results/{results.json,plot.svg};
+# the durable-store bench and the crash loop run on their own.
 bench: $(STAMP) system-deps
-	$(PY) -W error -m bench.latency
-	$(PY) -W error -m bench.runtime
-	$(PY) -W error -m bench.sandbox
+	$(PY) -W error -m bench
 	$(PY) -W error -m bench.store
 	$(PY) -W error -m bench.crash
 
 bench-quick: $(STAMP) system-deps
-	$(PY) -W error -m bench.latency --quick
-	$(PY) -W error -m bench.runtime --quick
-	$(PY) -W error -m bench.sandbox --quick
+	$(PY) -W error -m bench --quick
 	$(PY) -W error -m bench.store --quick
 	$(PY) -W error -m bench.crash --quick
 

@@ -19,6 +19,7 @@ import time
 import trio
 
 from bench._stats import summary_us
+from bench._suite import Figure, Result
 from broker import AnswerNext, ApprovalRequest, MemoryStore, Outcome, open_broker
 
 
@@ -45,7 +46,8 @@ async def answer_at_once(_req: ApprovalRequest, _next: AnswerNext) -> Outcome:
     return Outcome.ALLOWED_ONCE
 
 
-async def main(rounds: int, blocks: int) -> int:
+async def measure_async(rounds: int, blocks: int = 10) -> Result:
+    """Interleaved blocks of bare round trips and broker asks; p50 ratio against target 3x."""
     bare: list[int] = []
     broker_ns: list[int] = []
     async with open_broker(store=MemoryStore()) as broker:
@@ -64,16 +66,45 @@ async def main(rounds: int, blocks: int) -> int:
                         outcome = await broker.request(request)
                         broker_ns.append(time.perf_counter_ns() - start)
                         assert outcome is Outcome.ALLOWED_ONCE
-            # Keep the in-memory log from dominating memory on long runs.
-            assert isinstance(broker.store, MemoryStore)
     b, r = summary_us(bare), summary_us(broker_ns)
     ratio = r["p50"] / b["p50"]
-    print(f"ask latency, {len(broker_ns)} asks (in-memory store, answerer answers at once)")
-    print(f"{'':24}{'p50 µs':>10}{'p90 µs':>10}{'p99 µs':>10}")
-    print(f"{'bare channel round trip':24}{b['p50']:10.2f}{b['p90']:10.2f}{b['p99']:10.2f}")
-    print(f"{'broker.request()':24}{r['p50']:10.2f}{r['p90']:10.2f}{r['p99']:10.2f}")
-    verdict = "met" if ratio <= 3.0 else "NOT met"
-    print(f"ratio p50 broker/bare: {ratio:.2f}x (target <= 3x: {verdict})")
+    return Result(
+        name="ask latency",
+        figures=(
+            Figure(
+                label="broker.request() p50 (in-memory store, immediate answerer)",
+                value=r["p50"],
+                unit="µs",
+                baseline=b["p50"],
+                baseline_label="bare trio memory-channel round trip p50",
+                target="<= 3x",
+                met=ratio <= 3.0,
+            ),
+            Figure(
+                label="broker.request() p99",
+                value=r["p99"],
+                unit="µs",
+                baseline=b["p99"],
+                baseline_label="bare round trip p99",
+            ),
+        ),
+    )
+
+
+def measure(quick: bool) -> Result:
+    """The suite's entry: 2 000 asks (quick) or 20 000."""
+    return trio.run(measure_async, 2_000 if quick else 20_000)
+
+
+def main(rounds: int) -> int:
+    result = trio.run(measure_async, rounds)
+    latency, p99 = result.figures
+    print(f"ask latency, {rounds} asks (in-memory store, answerer answers at once)")
+    print(f"{'':24}{'p50 µs':>10}{'p99 µs':>10}")
+    print(f"{'bare channel round trip':24}{latency.baseline:10.2f}{p99.baseline:10.2f}")
+    print(f"{'broker.request()':24}{latency.value:10.2f}{p99.value:10.2f}")
+    verdict = "met" if latency.met else "NOT met"
+    print(f"ratio p50 broker/bare: {latency.ratio:.2f}x (target <= 3x: {verdict})")
     return 0
 
 
@@ -82,5 +113,4 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="a short run for CI")
     parser.add_argument("--rounds", type=int, default=None, help="asks to measure")
     args = parser.parse_args()
-    rounds = args.rounds or (2_000 if args.quick else 20_000)
-    sys.exit(trio.run(main, rounds, 10))
+    sys.exit(main(args.rounds or (2_000 if args.quick else 20_000)))

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from bench._stats import summary_us
+from bench._suite import Figure, Result
 from broker import AnswerNext, ApprovalRequest, MemoryStore, Outcome, open_broker
 from broker.tools import (
     Allow,
@@ -62,7 +63,7 @@ async def timed(rounds: int, fn: Callable[[], Awaitable[object]], out: list[int]
         out.append(time.perf_counter_ns() - start)
 
 
-async def main(rounds: int, blocks: int) -> int:
+async def measure_async(rounds: int, blocks: int = 10) -> Result:
     tool = Nop()
     call = ToolCall(id="c", name="nop")
     series: dict[str, list[int]] = {k: [] for k in ("direct", "allow", "request", "ask")}
@@ -87,23 +88,40 @@ async def main(rounds: int, blocks: int) -> int:
                 for name, fn in runs.items():
                     await timed(per_block, fn, series[name])
     stats = {name: summary_us(values) for name, values in series.items()}
-    print(f"tool runtime overheads ({len(series['direct'])} calls each)")
-    print(f"{'':34}{'p50 µs':>10}{'p90 µs':>10}")
-    labels = {
-        "direct": "tool.run() directly",
-        "allow": "runtime.execute(), allow gate",
-        "request": "bare broker.request()",
-        "ask": "runtime.execute(), ask gate",
-    }
-    for name, label in labels.items():
-        print(f"{label:34}{stats[name]['p50']:10.2f}{stats[name]['p90']:10.2f}")
-    print(f"ratio p50 runtime(allow)/direct: {stats['allow']['p50'] / stats['direct']['p50']:.2f}x")
-    print(f"ratio p50 runtime(ask)/request:  {stats['ask']['p50'] / stats['request']['p50']:.2f}x")
-    return 0
+    return Result(
+        name="tool runtime",
+        figures=(
+            Figure(
+                label="runtime.execute(), allow gate, p50",
+                value=stats["allow"]["p50"],
+                unit="µs",
+                baseline=stats["direct"]["p50"],
+                baseline_label="tool.run() directly, p50",
+            ),
+            Figure(
+                label="runtime.execute(), ask gate, p50",
+                value=stats["ask"]["p50"],
+                unit="µs",
+                baseline=stats["request"]["p50"],
+                baseline_label="bare broker.request(), p50",
+            ),
+        ),
+    )
+
+
+def measure(quick: bool) -> Result:
+    """The suite's entry."""
+    return trio.run(measure_async, 2_000 if quick else 20_000)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run for CI")
     args = parser.parse_args()
-    sys.exit(trio.run(main, 2_000 if args.quick else 20_000, 10))
+    result = measure(args.quick)
+    for figure in result.figures:
+        print(
+            f"{figure.label}: {figure.value:.2f} µs; {figure.baseline_label}: "
+            f"{figure.baseline:.2f} µs; ratio {figure.ratio:.2f}x"
+        )
+    sys.exit(0)

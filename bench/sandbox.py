@@ -14,20 +14,17 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import trio
 
 from bench._stats import percentile
+from bench._suite import Figure, Result
 from broker.tools._sandbox import BubblewrapExecutor, PlainExecutor, SandboxMode
-
-if TYPE_CHECKING:
-    pass
 
 BLOCK = 10
 
 
-async def measure(runs: int) -> tuple[list[float], list[float]]:
+async def sample(runs: int) -> tuple[list[float], list[float]]:
     """Per-command wall time in milliseconds: (bwrap read-only, plain)."""
     sandbox = await BubblewrapExecutor.probe()
     plain = PlainExecutor()
@@ -53,6 +50,23 @@ async def measure(runs: int) -> tuple[list[float], list[float]]:
     return bwrap_ms, plain_ms
 
 
+def measure(quick: bool) -> Result:
+    """The suite's entry: 20 (quick) or 200 commands per side."""
+    bwrap_ms, plain_ms = trio.run(sample, 20 if quick else 200)
+    return Result(
+        name="sandbox",
+        figures=(
+            Figure(
+                label="bubblewrap start-up per command (read-only), p50",
+                value=percentile(bwrap_ms, 50),
+                unit="ms",
+                baseline=percentile(plain_ms, 50),
+                baseline_label="plain subprocess p50",
+            ),
+        ),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 runs per side")
@@ -61,7 +75,7 @@ def main() -> None:
     runs = 20 if args.quick else args.runs
     if runs <= 0:
         parser.error(f"--runs must be positive, got {runs}")
-    bwrap_ms, plain_ms = trio.run(measure, runs)
+    bwrap_ms, plain_ms = trio.run(sample, runs)
     print(f"`true` x{runs} per side, milliseconds per command")
     print(f"{'':>22} {'p50':>8} {'p90':>8}")
     for label, samples in (("bwrap read-only", bwrap_ms), ("plain subprocess", plain_ms)):
