@@ -1,0 +1,25 @@
+"""The README's library example runs as written (docs that match the code)."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_readme_example_runs(tmp_path: pathlib.Path) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    example = next(block for block in blocks if "trio.run(main)" in block)
+    script = tmp_path / "example.py"
+    script.write_text(example, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
