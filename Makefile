@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+TS_SDK := tests/interop/ts/node_modules/.package-lock.json
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # flake8-async: the library must checkpoint in every async function (ASYNC910/911/912, house
@@ -25,16 +26,24 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# bubblewrap is the real sandbox of the bash tool; install it once when missing.
+# bubblewrap is the real sandbox of the bash tool; Node.js runs the official TypeScript ACP
+# client in the interop tests. Install them once when missing.
 system-deps:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  echo "installing bubblewrap (Debian package) ..."; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing nodejs and npm (Debian packages) ..."; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nodejs npm; }
+
+# The official TypeScript ACP SDK, pinned by tests/interop/ts/package-lock.json.
+$(TS_SDK): tests/interop/ts/package-lock.json | system-deps
+	npm ci --prefix tests/interop/ts --no-audit --no-fund --loglevel=error
 
 demo: $(STAMP) system-deps
 	$(VENV)/bin/broker demo --answer allow
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps $(TS_SDK)
 	$(PY) -W error -m pytest
 
 lint: $(STAMP)
