@@ -157,6 +157,12 @@ async def test_allow_once_runs_the_escalated_write(
     assert client.decided(sid) == [Outcome.ALLOWED_ONCE]
     kinds = [u["update"]["sessionUpdate"] for u in client.updates]
     assert kinds[:3] == ["agent_message_chunk", "tool_call", "tool_call_update"]
+    statuses = [
+        u["update"]["status"]
+        for u in client.updates
+        if u["update"]["sessionUpdate"] == "tool_call_update"
+    ]
+    assert statuses == ["failed", "completed"]  # the denied write exited 1; the escalated ran
 
 
 @pytest.mark.parametrize(

@@ -292,7 +292,9 @@ async def test_limits_are_reported(executor: BubblewrapExecutor, workspace: path
     failing = await runtime.execute(
         ToolCall(id="f", name="bash", arguments={"command": "echo oops >&2; exit 3"})
     )
-    assert failing.output == "oops\n[exit code 3]"
+    assert failing == ToolResult(output="oops\n[exit code 3]", failed=True)
+    assert slow.failed
+    assert not chatty.failed
 
 
 async def test_command_is_required(executor: BubblewrapExecutor, workspace: pathlib.Path) -> None:

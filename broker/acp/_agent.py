@@ -121,7 +121,11 @@ class _Updates(LoopObserver):
         await self._send(
             ToolCallUpdate(
                 tool_call_id=call.id,
-                status=ToolCallStatus.FAILED if result.is_error else ToolCallStatus.COMPLETED,
+                status=(
+                    ToolCallStatus.FAILED
+                    if result.is_error or result.failed
+                    else ToolCallStatus.COMPLETED
+                ),
                 content=(ToolCallContentBlock(content=TextContent(text=result.output)),),
             )
         )

@@ -149,7 +149,9 @@ class BashTool:
         result = await self.executor.run(
             command, mode=mode, workspace=self.workspace, limits=self.limits
         )
-        return ToolResult(output=self._format(result))
+        return ToolResult(
+            output=self._format(result), failed=result.timed_out or result.exit_code != 0
+        )
 
     async def _escalate(
         self, call: ToolCall, ctx: CallContext, command: str, current: SandboxMode

@@ -27,10 +27,15 @@ class ToolCall:
 
 @attrs.frozen(kw_only=True)
 class ToolResult:
-    """What the model is told. Denials are errors shown as ``Error: <text>``."""
+    """What the model is told. Denials are errors shown as ``Error: <text>``.
+
+    ``failed`` marks a call that ran but did not succeed (a command's non-zero exit, a time
+    limit); its output is shown as is. A front end shows either as a failed call.
+    """
 
     output: str
     is_error: bool = False
+    failed: bool = False
 
     @classmethod
     def error(cls, text: str) -> ToolResult:
