@@ -852,3 +852,33 @@ async def test_garbage_is_answered_or_ignored_never_raised(
         assert reply["jsonrpc"] == "2.0"
         if "error" in reply:
             validate_value("Error", reply["error"])
+
+
+async def test_on_receive_runs_in_wire_order_before_a_following_notification() -> None:
+    """A request's on_receive hook sees it before the notification read right after it, even
+    though the request's handler task may start later (a cancel right behind a prompt)."""
+    conn, peer, recorder = make()
+    seen: list[str] = []
+
+    async def slow(params: dict[str, Any]) -> Any:
+        seen.append(f"handler {params['n']}")
+        await trio.lowlevel.checkpoint()
+        return {}
+
+    def boom(params: dict[str, Any]) -> None:
+        raise RuntimeError("a broken hook is contained")
+
+    conn.on_request("work", slow, on_receive=lambda params: seen.append(f"received {params['n']}"))
+    conn.on_request("other", slow, on_receive=boom)
+    conn.on_notification("poke", lambda params: seen.append("notification"))
+    async with serving(conn, recorder):
+        frames = [
+            {"jsonrpc": "2.0", "id": 1, "method": "work", "params": {"n": 1}},
+            {"jsonrpc": "2.0", "method": "poke"},
+            {"jsonrpc": "2.0", "id": 2, "method": "other", "params": {"n": 2}},
+        ]
+        await peer.send_raw(b"".join(json.dumps(f).encode() + b"\n" for f in frames))
+        answers = {(await peer.receive())["id"], (await peer.receive())["id"]}
+    assert answers == {1, 2}
+    assert seen.index("received 1") < seen.index("notification")
+    assert "handler 2" in seen

@@ -16,6 +16,7 @@ cancelled (their turns end ``cancelled``); then the sessions are closed in the d
 
 from __future__ import annotations
 
+import collections
 import logging
 import pathlib
 from typing import TYPE_CHECKING, Any
@@ -79,11 +80,17 @@ _STOP = {
 
 @attrs.define(eq=False)
 class _AcpSession:
-    """One ACP session: its broker session, loop, and the signal of the running prompt."""
+    """One ACP session: its broker session, loop, and the signals of its prompts.
+
+    ``arrived`` holds a signal per prompt request read off the wire whose handler has not
+    started yet (given at reception, in wire order); ``prompt_signal`` the running prompt's.
+    A ``session/cancel`` aborts both, so a cancel right behind its prompt is never lost.
+    """
 
     session: Session
     loop: AgentLoop
     prompt_signal: AbortSignal | None = None
+    arrived: collections.deque[AbortSignal] = attrs.field(factory=collections.deque)
 
 
 @attrs.define(eq=False)
@@ -145,7 +152,9 @@ class AcpAgent:
         """Register the handlers on the connection (before it serves)."""
         self.connection.on_request(AcpMethod.INITIALIZE, self._initialize)
         self.connection.on_request(AcpMethod.SESSION_NEW, self._new_session)
-        self.connection.on_request(AcpMethod.SESSION_PROMPT, self._prompt)
+        self.connection.on_request(
+            AcpMethod.SESSION_PROMPT, self._prompt, on_receive=self._prompt_arrived
+        )
         self.connection.on_notification(AcpMethod.SESSION_CANCEL, self._cancel)
 
     async def _initialize(self, params: Any) -> Any:
@@ -165,7 +174,11 @@ class AcpAgent:
     async def _new_session(self, params: Any) -> Any:
         request = params_from_wire(NewSessionRequest, params)
         workspace = pathlib.Path(request.cwd)
-        if not workspace.is_absolute() or not await trio.Path(workspace).is_dir():
+        try:
+            usable = workspace.is_absolute() and await trio.Path(workspace).is_dir()
+        except (OSError, ValueError):  # a name too long, a NUL byte, no permission
+            usable = False
+        if not usable:
             raise JsonRpcError(
                 ErrorCode.INVALID_PARAMS,
                 f"invalid params: cwd must be an absolute path to an existing directory, got "
@@ -195,9 +208,21 @@ class AcpAgent:
         self.sessions[session.id] = _AcpSession(session=session, loop=loop)
         return to_wire(NewSessionResponse(session_id=session.id))
 
+    def _prompt_arrived(self, params: Any) -> None:
+        # Runs inline in the reader, in wire order with session/cancel (see _AcpSession).
+        try:
+            request = from_wire(PromptRequest, params)
+        except WireDecodeError:
+            return  # the handler answers -32602; no signal to give
+        acp = self.sessions.get(request.session_id)
+        if acp is not None and acp.session.is_open:
+            acp.arrived.append(AbortSignal())
+
     async def _prompt(self, params: Any) -> Any:
         request = params_from_wire(PromptRequest, params)
         acp = self._session(request.session_id)
+        # Invariant: _prompt_arrived appended exactly one signal for this request (same checks).
+        signal = acp.arrived.popleft() if acp.arrived else AbortSignal()
         if acp.prompt_signal is not None:
             raise JsonRpcError(
                 ErrorCode.INVALID_REQUEST,
@@ -210,7 +235,7 @@ class AcpAgent:
                 parts.append(block.text)
             elif isinstance(block, ResourceLink):
                 parts.append(f"[{block.name}]({block.uri})")
-        signal = acp.prompt_signal = AbortSignal()
+        acp.prompt_signal = signal
         try:
             result = await acp.loop.prompt("\n".join(parts), signal=signal)
         finally:
@@ -227,10 +252,12 @@ class AcpAgent:
         if acp is None:
             log.warning("session/cancel for unknown session %s ignored", request.session_id)
             return
+        # Every pending question of the prompt settles `cancelled`; the prompt answers
+        # stopReason "cancelled" — also a prompt whose handler has not started yet.
         if acp.prompt_signal is not None:
-            # Every pending question of this prompt settles `cancelled`; the prompt answers
-            # stopReason "cancelled".
             acp.prompt_signal.abort("session/cancel")
+        for arrived in acp.arrived:
+            arrived.abort("session/cancel")
 
     def _session(self, session_id: str) -> _AcpSession:
         acp = self.sessions.get(session_id)

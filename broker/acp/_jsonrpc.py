@@ -211,6 +211,7 @@ class JsonRpcConnection:
     on_frame: FrameHook | None = attrs.field(default=None, kw_only=True)
 
     _request_handlers: dict[str, RequestHandler] = attrs.field(factory=dict, init=False)
+    _receive_hooks: dict[str, NotificationHandler] = attrs.field(factory=dict, init=False)
     _notification_handlers: dict[str, NotificationHandler] = attrs.field(factory=dict, init=False)
     # Invariant: holds exactly the requests we sent whose response, error or closure has not
     # been delivered; the reader pops an entry before resolving it, so each resolves once.
@@ -236,16 +237,30 @@ class JsonRpcConnection:
 
     # -- registration -------------------------------------------------------------------------
 
-    def on_request(self, method: str, handler: RequestHandler) -> None:
+    def on_request(
+        self,
+        method: str,
+        handler: RequestHandler,
+        *,
+        on_receive: NotificationHandler | None = None,
+    ) -> None:
         """Answer requests for *method* with ``await handler(params)``.
 
         *params* is the request's params object (``{}`` when absent or null). The handler's
         return value is the result; raising :class:`JsonRpcError` answers with that error.
         The handler runs in the connection's nursery and is cancelled by the peer's
         ``$/cancel_request`` (answered -32800) or by teardown (not answered).
+
+        *on_receive*, if given, is called inline by the reader with the same params just before
+        the handler's task is started — in arrival order with notifications, which a handler
+        task (started later) cannot be. Use it to make a request visible to notifications that
+        follow it on the wire (e.g. a cancel right behind a prompt). Its exceptions are logged
+        and contained; the handler still runs.
         """
         self._check_registration(method, "on_request")
         self._request_handlers[method] = handler
+        if on_receive is not None:
+            self._receive_hooks[method] = on_receive
 
     def on_notification(self, method: str, handler: NotificationHandler) -> None:
         """Call ``handler(params)`` for each notification *method*, inline, in arrival order.
@@ -625,6 +640,12 @@ class JsonRpcConnection:
                 ),
             )
         assert self._handler_nursery is not None  # the reader runs only while serving
+        hook = self._receive_hooks.get(method)
+        if hook is not None:
+            try:
+                hook(params or {})
+            except Exception:
+                logger.exception("on_receive hook of %s failed; the handler still runs", method)
         scope = trio.CancelScope()
         self._running[request_id] = scope
         self._handler_nursery.start_soon(
