@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-__all__ = ["Figure", "Progress", "Result"]
+__all__ = ["Figure", "Progress", "Result", "print_figures", "standalone"]
 
 
 @attrs.frozen(kw_only=True)
@@ -43,6 +45,29 @@ class Result:
         for figure, raw in zip(self.figures, data["figures"], strict=True):
             raw["ratio"] = figure.ratio
         return data
+
+
+def print_figures(result: Result) -> None:
+    """A benchmark's figures, one line each, for running it on its own."""
+    for figure in result.figures:
+        line = f"{figure.label}: {figure.value:,.2f} {figure.unit}"
+        if figure.baseline is not None and figure.ratio is not None:
+            line += f"  ({figure.baseline_label}: {figure.baseline:,.2f}, {figure.ratio:.2f}x)"
+        if figure.target:
+            line += f"  target {figure.target}: {'met' if figure.met else 'NOT met'}"
+        print(line)
+    for title, points in result.series.items():
+        print(title)
+        for x, y in points:
+            print(f"  {x:>10,.0f}: {y:,.2f}")
+
+
+def standalone(measure: Callable[[bool], Result], doc: str | None) -> int:
+    """``python -m bench.<name> [--quick]``: measure and print the figures."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (for CI)")
+    print_figures(measure(parser.parse_args().quick))
+    return 0
 
 
 @attrs.define

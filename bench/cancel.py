@@ -11,7 +11,6 @@ cancellation in trio: cancelling a task blocked in ``sleep_forever`` until it ha
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -19,7 +18,7 @@ import trio
 import trio.testing
 
 from bench._stats import summary_us
-from bench._suite import Figure, Result
+from bench._suite import Figure, Result, standalone
 from broker import AbortSignal, AnswerNext, ApprovalRequest, MemoryStore, Outcome, open_broker
 
 
@@ -97,17 +96,4 @@ def measure(quick: bool) -> Result:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    result = measure(parser.parse_args().quick)
-    for figure in result.figures:
-        print(
-            f"{figure.label}: {figure.value:.1f} {figure.unit} "
-            f"(floor {figure.baseline:.1f}, {figure.ratio:.1f}x)"
-            + (
-                f"  target {figure.target}: {'met' if figure.met else 'NOT met'}"
-                if figure.target
-                else ""
-            )
-        )
-    sys.exit(0)
+    sys.exit(standalone(measure, __doc__))

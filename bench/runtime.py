@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from bench._stats import summary_us
-from bench._suite import Figure, Result
+from bench._suite import Figure, Result, standalone
 from broker import AnswerNext, ApprovalRequest, MemoryStore, Outcome, open_broker
 from broker.tools import (
     Allow,
@@ -115,13 +114,4 @@ def measure(quick: bool) -> Result:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short run for CI")
-    args = parser.parse_args()
-    result = measure(args.quick)
-    for figure in result.figures:
-        print(
-            f"{figure.label}: {figure.value:.2f} µs; {figure.baseline_label}: "
-            f"{figure.baseline:.2f} µs; ratio {figure.ratio:.2f}x"
-        )
-    sys.exit(0)
+    sys.exit(standalone(measure, __doc__))

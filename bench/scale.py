@@ -12,7 +12,6 @@ inside its own nursery.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 import time
@@ -21,7 +20,7 @@ import tracemalloc
 import trio
 
 from bench._stats import summary_us
-from bench._suite import Figure, Progress, Result
+from bench._suite import Figure, Progress, Result, standalone
 from broker import (
     AnswerNext,
     ApprovalRequest,
@@ -149,15 +148,4 @@ def measure(quick: bool) -> Result:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    result = measure(parser.parse_args().quick)
-    for figure in result.figures:
-        print(
-            f"{figure.label}: {figure.value:.2f} {figure.unit} "
-            f"({figure.baseline_label}: {figure.baseline:.2f}, {figure.ratio:.2f}x)  "
-            f"target {figure.target}: {'met' if figure.met else 'NOT met'}"
-        )
-    for x, y in result.series["ask latency p50 (µs) vs live sessions"]:
-        print(f"  {int(x):>6} sessions: p50 {y:.1f} µs")
-    sys.exit(0)
+    sys.exit(standalone(measure, __doc__))

@@ -33,6 +33,7 @@ from cattrs.v import format_exception
 from .._codec import converter, register_wire_type
 from ._errors import ErrorCode, JsonRpcError, WireDecodeError
 from ._jsonrpc import CANCEL_REQUEST_METHOD
+from ._jsonrpc import _json_type as _json_type  # one JSON-type namer for the wire layer
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -120,20 +121,6 @@ Seq: TypeAlias = Annotated[tuple[T, ...], _Strict]
 
 class _WireValueError(ValueError):
     """Our own decode complaint; its message is shown as is, with the path appended."""
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def _is_strict(type_: object) -> bool:
