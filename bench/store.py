@@ -7,7 +7,11 @@ and reopen time with and without projection checkpoints.
 One *ask* is the two audit appends of a question on one session: ``approval/asked``, and once
 that is acknowledged, ``approval/decided``. S sessions do asks back to back, concurrently.
 
-- store: :func:`broker.store.open_sqlite_store` with ``synchronous="FULL"`` (group commit).
+- store: :func:`broker.store.open_sqlite_store` with ``synchronous="FULL"`` (group commit),
+  the appends made directly on the store.
+- broker: the figure as the issue defines it — ``open_broker(policy="never", store=PATH)``,
+  S sessions each inside ``session.turn()``, each awaiting ``broker.request(...)`` back to back
+  (one request = the asked and the decided append, sequentially, through the session actor).
 - (a) raw batched: plain ``sqlite3`` inserting the same rows (pre-encoded, pre-hashed) into the
   same table, one transaction per round of S rows, ``synchronous=FULL`` — the floor of any
   store on this disk, with none of the encoding, hashing, folding or thread hand-offs.
@@ -26,11 +30,13 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 import trio
 
+from broker import ApprovalRequest, open_broker
 from broker._codec import encode_event
 from broker._events import (
     ApprovalAsked,
@@ -40,9 +46,9 @@ from broker._events import (
     TurnEndReason,
     TurnStart,
 )
-from broker._vocabulary import Outcome
+from broker._vocabulary import Outcome, Policy
 from broker.store._chain import GENESIS, chain_hash
-from broker.store._sqlite import open_sqlite_store
+from broker.store._sqlite import SqliteStore, open_sqlite_store
 
 _EVENTS_DDL = """CREATE TABLE events (
     session_id TEXT NOT NULL, seq INTEGER NOT NULL, ts_ms INTEGER NOT NULL, line TEXT NOT NULL,
@@ -57,6 +63,18 @@ def _ask_events(session: int, ask: int) -> tuple[Event, Event]:
         ApprovalAsked(id=ask_id, tool_name="bash", call_id=f"call-{ask}"),
         ApprovalDecided(id=ask_id, outcome=Outcome.ALLOWED_ONCE),
     )
+
+
+def _broker_ask_events(session: int, ask: int) -> tuple[Event, Event]:
+    """The rows ``broker.request`` under policy ``never`` writes (a uuid4-sized id)."""
+    ask_id = f"{session:08x}-{ask:04x}-4c8e-9a6f-2d5e8b1c0f3a"[:36]
+    return (
+        ApprovalAsked(id=ask_id, tool_name="bash"),
+        ApprovalDecided(id=ask_id, outcome=Outcome.REJECTED, policy=Policy.NEVER),
+    )
+
+
+EventsFn = Callable[[int, int], tuple[Event, Event]]
 
 
 # ----------------------------------------------------------------------- the store
@@ -84,10 +102,54 @@ async def store_asks(path: Path, sessions: int, asks: int) -> tuple[float, int]:
         return elapsed, store.transactions_committed - before
 
 
+# ----------------------------------------------------------------------- through the broker
+
+
+async def broker_asks(path: Path, sessions: int, asks: int) -> tuple[float, int]:
+    """Seconds for *asks* ``broker.request`` calls on each of *sessions* sessions (policy
+    ``never``, every session inside an open turn), and transactions committed meanwhile."""
+    async with open_broker(policy="never", store=path) as broker:
+        store = broker.store
+        assert isinstance(store, SqliteStore)
+        ready = 0
+        all_ready = trio.Event()
+        go = trio.Event()
+        finished = 0
+        all_done = trio.Event()
+
+        async def one_session() -> None:
+            nonlocal ready, finished
+            async with broker.open_session() as session, session.turn():
+                ready += 1
+                if ready == sessions:
+                    all_ready.set()
+                await go.wait()
+                request = ApprovalRequest(agent=session.agent, tool_name="bash")
+                for _ in range(asks):
+                    await broker.request(request)
+                finished += 1
+                if finished == sessions:
+                    all_done.set()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(sessions):
+                nursery.start_soon(one_session)
+            await all_ready.wait()
+            before = store.transactions_committed
+            start = time.perf_counter()
+            go.set()
+            await all_done.wait()
+            elapsed = time.perf_counter() - start
+            txns = store.transactions_committed - before
+        return elapsed, txns
+
+
 # ----------------------------------------------------------------------- (a) raw batched
 
 
-def raw_batched(path: Path, sessions: int, asks: int, *, build_rows: bool) -> float:
+def raw_batched(
+    path: Path, sessions: int, asks: int, *, build_rows: bool, events: EventsFn = _ask_events
+) -> float:
     """Seconds to insert the same rows, one transaction per round of *sessions* rows.
 
     With *build_rows* the timed loop also builds each row from its event (``encode_event`` and
@@ -99,7 +161,7 @@ def raw_batched(path: Path, sessions: int, asks: int, *, build_rows: bool) -> fl
         batch = []
         for session in range(sessions):
             session_id = f"s{session}"
-            line = encode_event(_ask_events(session, ask)[half])
+            line = encode_event(events(session, ask)[half])
             seq = 2 + 2 * ask + half
             digest = chain_hash(session_id, seq, 0, line, heads[session])
             batch.append((session_id, seq, 0, line, heads[session], digest))
@@ -238,44 +300,69 @@ async def main(args: argparse.Namespace) -> int:
     print("durable asks/s, synchronous=FULL (an ask = approval/asked then approval/decided,")
     print(f"each acknowledged only after its transaction committed); best of {args.repeat} runs")
     header = (
-        f"{'sessions':>8} {'asks':>6} {'store/s':>9} {'txns':>6} {'(a) raw/s':>10} "
+        f"{'sessions':>8} {'path':>6} {'asks':>6} {'asks/s':>9} {'txns':>6} {'(a) raw/s':>10} "
         f"{'(a+) raw/s':>10} {'(b) naive/s':>11} {'÷(a)':>6} {'÷(a+)':>6} {'÷(b)':>6}"
     )
     print(header)
+    paths = [name for name in ("store", "broker") if name in args.paths.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         directory = Path(tmp)
         for index, sessions in enumerate(sizes):
             per_session = max(2, args.asks // sessions)
             total = per_session * sessions
             best: dict[str, float] = {}
-            txns = 0
+            txns: dict[str, int] = {}
             for run in range(args.repeat):
                 name = f"{index}-{run}"
-                seconds, txns = await store_asks(
-                    directory / f"store{name}.db", sessions, per_session
-                )
-                runs = {
-                    "store": seconds,
-                    "raw": raw_batched(
+                runs: dict[str, float] = {}
+                if "store" in paths:
+                    runs["store"], txns["store"] = await store_asks(
+                        directory / f"store{name}.db", sessions, per_session
+                    )
+                    runs["raw"] = raw_batched(
                         directory / f"raw{name}.db", sessions, per_session, build_rows=False
-                    ),
-                    "raw+": raw_batched(
+                    )
+                    runs["raw+"] = raw_batched(
                         directory / f"rawb{name}.db", sessions, per_session, build_rows=True
-                    ),
-                    "naive": await naive_asks(directory / f"naive{name}.db", sessions, per_session),
-                }
+                    )
+                if "broker" in paths:
+                    runs["broker"], txns["broker"] = await broker_asks(
+                        directory / f"broker{name}.db", sessions, per_session
+                    )
+                    runs["broker raw"] = raw_batched(
+                        directory / f"brraw{name}.db",
+                        sessions,
+                        per_session,
+                        build_rows=False,
+                        events=_broker_ask_events,
+                    )
+                    runs["broker raw+"] = raw_batched(
+                        directory / f"brrawb{name}.db",
+                        sessions,
+                        per_session,
+                        build_rows=True,
+                        events=_broker_ask_events,
+                    )
+                runs["naive"] = await naive_asks(
+                    directory / f"naive{name}.db", sessions, per_session
+                )
                 for key, value in runs.items():
                     best[key] = min(value, best.get(key, value))
-            store_s = best["store"]
-            print(
-                f"{sessions:>8} {total:>6} {total / store_s:>9,.0f} {txns:>6} "
-                f"{total / best['raw']:>10,.0f} {total / best['raw+']:>10,.0f} "
-                f"{total / best['naive']:>11,.0f} {best['raw'] / store_s:>5.2f}x "
-                f"{best['raw+'] / store_s:>5.2f}x {best['naive'] / store_s:>5.1f}x",
-                flush=True,
-            )
-        print("(a) raw: prepared rows, inserted only; (a+) raw: rows built in the timed loop")
-        print("targets at 256 sessions: store÷(a) >= 0.5x, store÷(b) >= 10x")
+            for path in paths:
+                prefix = "" if path == "store" else "broker "
+                seconds, raw, raw_plus = best[path], best[prefix + "raw"], best[prefix + "raw+"]
+                print(
+                    f"{sessions:>8} {path:>6} {total:>6} {total / seconds:>9,.0f} "
+                    f"{txns[path]:>6} {total / raw:>10,.0f} {total / raw_plus:>10,.0f} "
+                    f"{total / best['naive']:>11,.0f} {raw / seconds:>5.2f}x "
+                    f"{raw_plus / seconds:>5.2f}x {best['naive'] / seconds:>5.1f}x",
+                    flush=True,
+                )
+        print("(a) raw: prepared rows, inserted only; (a+) raw: rows built in the timed loop;")
+        print("each path against raw inserts of its own rows; (b) naive: the store's rows")
+        print("targets at 256 sessions: ÷(a) >= 0.5x, ÷(b) >= 10x")
+        if args.no_reopen:
+            return 0
         print()
         without, with_checkpoints, stored = await reopen_times(
             directory / "reopen.db", args.reopen_sessions, args.reopen_events
@@ -296,6 +383,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.store", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: finishes in < 30 s")
     parser.add_argument("--sessions", default="1,16,256,1024", help="comma-separated S values")
+    parser.add_argument(
+        "--paths", default="store,broker", help="store (direct appends), broker, or both"
+    )
+    parser.add_argument("--no-reopen", action="store_true", help="skip the reopen measurement")
     parser.add_argument("--asks", type=int, help="asks per row of the table (split over S)")
     parser.add_argument("--reopen-sessions", type=int, help="sessions in the reopen store")
     parser.add_argument("--reopen-events", type=int, help="events per session in it")

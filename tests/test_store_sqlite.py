@@ -35,6 +35,7 @@ from broker._events import (
 )
 from broker._projection import ApprovalState, fold_all
 from broker._vocabulary import Outcome, Policy
+from broker.store import _sqlite_writer
 from broker.store._checkpoint import PROJECTION_FINGERPRINT, decode_state, encode_state
 from broker.store._logtools import verify_store
 from broker.store._protocol import StoreError
@@ -373,6 +374,79 @@ async def test_a_bounded_inbox_makes_callers_wait_not_fail(db: Path) -> None:
                 for index in range(40):
                     nursery.start_soon(store.append, f"s{index}", _grant(1))
             assert len(store.session_ids()) == 40
+
+
+async def _mixed_workload(path: Path) -> None:
+    """Creates with parents, auto-creates, interleaved groups, checkpoints, an import."""
+    # One constant clock: groups form differently in each run, and ts_ms is in every hash.
+    async with open_sqlite_store(path, checkpoint_every=3, clock_ms=lambda: 1_000_000) as store:
+        await store.create_session("root", None)
+        await store.create_session("child", "root")
+
+        async def session(session_id: str) -> None:
+            await store.append(session_id, [TurnStart(turn=1)])
+            for index in range(4):
+                ask_id = f'{session_id}-{index}-ü"\\'
+                await store.append(session_id, [ApprovalAsked(id=ask_id, tool_name="bash")])
+                decided = ApprovalDecided(id=ask_id, outcome=Outcome.REJECTED)
+                await store.append(session_id, [decided, *_grant(index)])
+            await store.append(session_id, [TurnEnd(turn=1, reason=TurnEndReason(kind="done"))])
+
+        async with trio.open_nursery() as nursery:
+            for session_id in ("root", "child", "auto-1", "auto-2 ✓", "x" * 300):
+                nursery.start_soon(session, session_id)
+        await store.import_session("imported", "root", [TurnStart(turn=1), *_grant(7)])
+
+
+def _dump(path: Path) -> list[list[tuple[object, ...]]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return [
+            conn.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
+            for table, order in (
+                ("sessions", "rowid"),
+                ("events", "session_id, seq"),
+                ("checkpoints", "session_id"),
+            )
+        ]
+
+
+async def test_one_statement_groups_write_what_statement_by_statement_groups_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The group statement (JSON arrays, a TEMP trigger) is the hot path; the plain statements are
+    # the fallback for an SQLite without JSON functions. Both must store the same bytes.
+    monkeypatch.setattr(_sqlite_writer, "_ONE_STATEMENT_MIN_ROWS", 1)  # even one-row groups
+    with trio.fail_after(30):
+        await _mixed_workload(tmp_path / "one.db")
+        monkeypatch.setattr(_sqlite_writer, "_install_group_write", lambda _conn: False)
+        await _mixed_workload(tmp_path / "many.db")
+    one, many = _dump(tmp_path / "one.db"), _dump(tmp_path / "many.db")
+    # Group composition may differ between runs (timing), so compare per session, not rowids.
+    assert [sorted(table, key=repr) for table in one] == [sorted(table, key=repr) for table in many]
+    assert len(one[1]) == 5 * 14 + 2
+    verify_store(tmp_path / "one.db")
+    verify_store(tmp_path / "many.db")
+
+
+async def test_a_session_id_with_a_nul_is_stored_exactly(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite's JSON functions stop at a NUL; such a group is written statement by statement.
+    monkeypatch.setattr(_sqlite_writer, "_ONE_STATEMENT_MIN_ROWS", 1)
+    with trio.fail_after(10):
+        async with open_sqlite_store(db, checkpoint_every=1) as store:
+            await store.create_session("p\x00q", None)
+            await store.create_session("c", "p\x00q")
+            await store.append("a\x00b", _grant(1))
+            await store.append("ok", _grant(2))
+        async with open_sqlite_store(db) as store:
+            assert store.session_ids() == ["p\x00q", "c", "a\x00b", "ok"]
+            assert await store.read("a\x00b") == _grant(1)
+    with open_sqlite_reader(db) as reader:
+        child = reader.session("c")
+        assert child is not None
+        assert child.parent_id == "p\x00q"
+    verify_store(db)
 
 
 # ----------------------------------------------------------------------- failures

@@ -58,22 +58,25 @@ _DECODABLE: set[type[Event]] = set()
 def _encode_all(events: Sequence[Event]) -> tuple[tuple[Event, ...], tuple[str, ...]]:
     """Encode *events*; refuse a class the codec cannot decode again (it would damage the log)."""
     frozen = tuple(events)
-    lines = tuple(encode_event(event) for event in frozen)
+    lines = tuple([encode_event(event) for event in frozen])
     for event, line in zip(frozen, lines, strict=True):
         cls = type(event)
-        if cls in _DECODABLE:
-            continue
-        try:
-            decodable = type(decode_event(line)) is cls
-        except EventDecodeError:
-            decodable = False
-        if not decodable:
-            raise TypeError(
-                f"event class {cls.__name__} (type {cls.TYPE!r}) is not registered with the "
-                "codec: register it with broker._codec.register_event_type before appending it"
-            )
-        _DECODABLE.add(cls)
+        if cls not in _DECODABLE:
+            _check_decodable(cls, line)
     return frozen, lines
+
+
+def _check_decodable(cls: type[Event], line: str) -> None:
+    try:
+        decodable = type(decode_event(line)) is cls
+    except EventDecodeError:
+        decodable = False
+    if not decodable:
+        raise TypeError(
+            f"event class {cls.__name__} (type {cls.TYPE!r}) is not registered with the "
+            "codec: register it with broker._codec.register_event_type before appending it"
+        )
+    _DECODABLE.add(cls)
 
 
 @attrs.define(eq=False)
