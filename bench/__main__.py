@@ -19,7 +19,7 @@ from bench._plot import svg_panels
 from bench._suite import Result
 
 # Run in this order; each module has ``measure(quick: bool) -> Result``.
-BENCHES = ("latency", "cancel", "scale", "runtime", "acp", "sandbox")
+BENCHES = ("latency", "cancel", "scale", "store", "runtime", "acp", "sandbox")
 
 
 def _table(results: list[Result]) -> list[str]:
@@ -87,7 +87,7 @@ def main() -> int:
         )
         + "\n"
     )
-    panels = [(title, {title: points}) for r in results for title, points in r.series.items()]
+    panels = [(title, lines) for r in results for title, lines in r.series.items()]
     if panels:
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         args.plot.write_text(svg_panels(panels))

@@ -33,11 +33,11 @@ class Figure:
 
 @attrs.frozen(kw_only=True)
 class Result:
-    """A benchmark's figures, plus series for the plot (x -> y) and free-form notes."""
+    """A benchmark's figures, plus plot panels (title -> line name -> [(x, y)]) and notes."""
 
     name: str
     figures: tuple[Figure, ...]
-    series: dict[str, list[tuple[float, float]]] = attrs.field(factory=dict)
+    series: dict[str, dict[str, list[tuple[float, float]]]] = attrs.field(factory=dict)
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -56,10 +56,10 @@ def print_figures(result: Result) -> None:
         if figure.target:
             line += f"  target {figure.target}: {'met' if figure.met else 'NOT met'}"
         print(line)
-    for title, points in result.series.items():
+    for title, lines in result.series.items():
         print(title)
-        for x, y in points:
-            print(f"  {x:>10,.0f}: {y:,.2f}")
+        for name, points in lines.items():
+            print(f"  {name}: " + ", ".join(f"{x:,.0f} -> {y:,.1f}" for x, y in points))
 
 
 def standalone(measure: Callable[[bool], Result], doc: str | None) -> int:

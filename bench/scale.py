@@ -92,20 +92,30 @@ async def floor_per_actor(count: int) -> float:
     return (after - before) / count
 
 
-async def latency_at(count: int, asks: int) -> float:
-    async with open_broker(store=MemoryStore()) as broker:
-        sessions = await _open(broker, count, Progress(f"latency: {count} sessions", count))
+async def latency_pair(count: int, asks: int) -> tuple[float, float]:
+    """p50 ask latency with *count* live sessions, and with 1, in alternating blocks of one
+    run (both brokers alive at once), so machine drift hits both alike."""
+    async with open_broker(store=MemoryStore()) as crowd, open_broker(store=MemoryStore()) as one:
+        sessions = await _open(crowd, count, Progress(f"latency: {count} sessions", count))
+        alone = (await _open(one, 1))[0]
         target = sessions[len(sessions) // 2]
-        samples = []
-        async with target.turn():
-            request = ApprovalRequest(agent=target.agent, tool_name="bash")
-            for _ in range(200):
-                await broker.request(request)
-            for _ in range(asks):
-                start = time.perf_counter_ns()
-                await broker.request(request)
-                samples.append(time.perf_counter_ns() - start)
-    return summary_us(samples)["p50"]
+        samples: dict[str, list[int]] = {"crowd": [], "one": []}
+        async with target.turn(), alone.turn():
+            pairs = (
+                ("crowd", crowd, ApprovalRequest(agent=target.agent, tool_name="bash")),
+                ("one", one, ApprovalRequest(agent=alone.agent, tool_name="bash")),
+            )
+            for _, broker, request in pairs:  # warm-up
+                for _ in range(200):
+                    await broker.request(request)
+            block = 100
+            for _ in range(max(1, asks // block)):
+                for name, broker, request in pairs:
+                    for _ in range(block):
+                        start = time.perf_counter_ns()
+                        await broker.request(request)
+                        samples[name].append(time.perf_counter_ns() - start)
+    return summary_us(samples["crowd"])["p50"], summary_us(samples["one"])["p50"]
 
 
 async def measure_async(quick: bool) -> Result:
@@ -114,8 +124,9 @@ async def measure_async(quick: bool) -> Result:
     memory_n = 2_000 if quick else 10_000
     per_session = await memory_per_session(memory_n)
     floor = await floor_per_actor(memory_n)
-    latencies = [(n, await latency_at(n, asks)) for n in counts]
-    one, most = latencies[0][1], latencies[-1][1]
+    measured = [(n, *await latency_pair(n, asks)) for n in counts]
+    latencies = [(n, crowd) for n, crowd, _ in measured]
+    _, most, one = measured[-1]
     return Result(
         name="scale",
         figures=(
@@ -138,7 +149,11 @@ async def measure_async(quick: bool) -> Result:
                 met=most <= 1.2 * one,
             ),
         ),
-        series={"ask latency p50 (µs) vs live sessions": [(float(n), v) for n, v in latencies]},
+        series={
+            "ask latency p50 (µs) vs live sessions": {
+                "broker.request(), in-memory store": [(float(n), v) for n, v in latencies]
+            }
+        },
     )
 
 

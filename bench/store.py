@@ -36,6 +36,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from bench._suite import Figure, Progress, Result
 from broker import ApprovalRequest, open_broker
 from broker._codec import encode_event
 from broker._events import (
@@ -377,6 +378,89 @@ async def main(args: argparse.Namespace) -> int:
             f"({without / with_checkpoints:.1f}x faster: one checkpoint per session)"
         )
     return 0
+
+
+async def _suite(quick: bool) -> Result:
+    """One run per size (the suite's time budget), through the broker and direct on the store."""
+    sizes = [1, 16, 256, 1024]
+    asks = 256 if quick else 4096
+    series: dict[str, list[tuple[float, float]]] = {
+        "durable asks/s through the broker": [],
+        "durable asks/s, store appends": [],
+        "raw batched sqlite3 (a)": [],
+    }
+    at_256: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="broker-bench-") as tmp:
+        directory = Path(tmp)
+        progress = Progress("durable asks", len(sizes))
+        for sessions in sizes:
+            per_session = max(2, asks // sessions)
+            total = per_session * sessions
+            name = f"-{sessions}"
+            broker_s, _ = await broker_asks(directory / f"b{name}.db", sessions, per_session)
+            store_s, _ = await store_asks(directory / f"s{name}.db", sessions, per_session)
+            raw_s = raw_batched(directory / f"r{name}.db", sessions, per_session, build_rows=False)
+            series["durable asks/s through the broker"].append((sessions, total / broker_s))
+            series["durable asks/s, store appends"].append((sessions, total / store_s))
+            series["raw batched sqlite3 (a)"].append((sessions, total / raw_s))
+            if sessions == 256:
+                naive_s = await naive_asks(directory / f"n{name}.db", sessions, per_session)
+                at_256 = {
+                    "broker": total / broker_s,
+                    "store": total / store_s,
+                    "raw": total / raw_s,
+                    "naive": total / naive_s,
+                }
+            progress.step()
+        reopen_sessions, reopen_events = (200, 200) if quick else (1000, 1000)
+        without, with_checkpoints, stored = await reopen_times(
+            directory / "reopen.db", reopen_sessions, reopen_events
+        )
+    return Result(
+        name="durable log",
+        figures=(
+            Figure(
+                label="durable asks/s through the broker, 256 sessions",
+                value=at_256["broker"],
+                unit="asks/s",
+                baseline=at_256["raw"],
+                baseline_label="(a) raw batched sqlite3, synchronous=FULL",
+                target=">= 0.5x",
+                met=at_256["broker"] >= 0.5 * at_256["raw"],
+            ),
+            Figure(
+                label="durable asks/s through the broker, 256 sessions (vs naive)",
+                value=at_256["broker"],
+                unit="asks/s",
+                baseline=at_256["naive"],
+                baseline_label="(b) naive store, a commit per append",
+                target=">= 10x",
+                met=at_256["broker"] >= 10 * at_256["naive"],
+            ),
+            Figure(
+                label="durable asks/s, store appends, 256 sessions",
+                value=at_256["store"],
+                unit="asks/s",
+                baseline=at_256["raw"],
+                baseline_label="(a) raw batched",
+                target=">= 0.5x",
+                met=at_256["store"] >= 0.5 * at_256["raw"],
+            ),
+            Figure(
+                label=f"reopen {stored:,} events with checkpoints",
+                value=with_checkpoints * 1000,
+                unit="ms",
+                baseline=without * 1000,
+                baseline_label="the same reopen without checkpoints",
+            ),
+        ),
+        series={"durable asks/s vs concurrent sessions": series},
+    )
+
+
+def measure(quick: bool) -> Result:
+    """The suite's entry."""
+    return trio.run(_suite, quick)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
