@@ -17,7 +17,7 @@ import trio
 from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle, run_waterfall
 from ._decision import Decision
-from ._errors import AuditAppendError, BrokerClosedError, SessionClosedError, TurnError
+from ._errors import BrokerClosedError, SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, ApprovalGrant, ApprovalPolicy, Event
 from ._flight import Flight, Withdrawal
 from ._ids import new_id
@@ -299,13 +299,7 @@ class Broker:
             )
             # Invariant: once the race is decided, the log records that decision — a caller
             # cancelled from here on gets Cancelled at its next checkpoint, after the return.
-            with trio.CancelScope(shield=True), trio.move_on_after(self.settle_grace) as bound:
-                await session._append(lambda _state: decided, internal=True)
-            if bound.cancelled_caught:
-                raise AuditAppendError(
-                    f"could not append approval/decided to session {session.id} within "
-                    f"settle_grace ({self.settle_grace:g}s); the question is left for recovery"
-                )
+            await session._append(lambda _state: decided, internal=True, shielded=True)
             return Decision(
                 id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy
             )

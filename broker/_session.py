@@ -380,13 +380,20 @@ class Session:
     # -- appends --------------------------------------------------------------------------
 
     async def _append(
-        self, build: Builder, *, internal: bool = False, schedule: bool = True
+        self,
+        build: Builder,
+        *,
+        internal: bool = False,
+        schedule: bool = True,
+        shielded: bool = False,
     ) -> Event | None:
         """Queue one conditional append and wait until it is durable (or refused).
 
         ``internal`` appends (a pending question's decision, a turn end) are still taken while
         the session is closing. ``schedule=False`` lets a caller that yields later anyway skip
-        the scheduling pass of the inline path. Cancellation: the append may still land.
+        the scheduling pass of the inline path. Cancellation: the append may still land; with
+        ``shielded`` the caller's cancellation cannot stop it (nor the wait for it, bounded by
+        the broker's ``settle_grace``: past it :class:`AuditAppendError` is raised).
         """
         admitted = self._status is _Status.OPEN or (internal and self._status is _Status.CLOSING)
         if not admitted:
@@ -397,9 +404,10 @@ class Session:
             # queued before us and the actor is not mid-commit, so running the actor's commit
             # here, with no await in between, gives exactly the order and preconditions the
             # actor would — without two scheduling passes.
-            await trio.lowlevel.checkpoint_if_cancelled()
+            if not shielded:
+                await trio.lowlevel.checkpoint_if_cancelled()
             self._commit_now(command)
-            if schedule:
+            if schedule or shielded:
                 # A schedule point that cannot lose the acknowledged result.
                 await trio.lowlevel.cancel_shielded_checkpoint()
         else:
@@ -417,10 +425,23 @@ class Session:
             finally:
                 if not sent:
                     self._queued -= 1
-            await command.done.wait()
+            if shielded:
+                # Only this branch awaits anything, so only it pays for the scopes.
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(self._broker.settle_grace) as bound,
+                ):
+                    await command.done.wait()
+                if bound.cancelled_caught:
+                    raise AuditAppendError(
+                        f"could not append to session {self.id} within settle_grace "
+                        f"({self._broker.settle_grace:g}s); the question is left for recovery"
+                    )
+            else:
+                await command.done.wait()
         if command.error is not None:
             raise command.error
-        return command.event
+        return command.event  # noqa: ASYNC910 (schedule=False: the caller yields later)
 
     # -- questions in flight --------------------------------------------------------------
 
