@@ -15,8 +15,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import random
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -113,6 +113,7 @@ class _Run:
     decided_outcome: dict[str, Outcome] = attrs.field(factory=dict)
     raised: collections.Counter[str] = attrs.field(factory=collections.Counter)
     faults: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    # Asks spawned (queued on the limiter or running) and not finished, by call id.
     unfinished: set[str] = attrs.field(factory=set)
     launched: bool = False
     idle: trio.Event = attrs.field(factory=trio.Event)
@@ -167,7 +168,6 @@ class _Run:
     async def ask(self, broker: Broker, session: Session, plan: AskPlan) -> None:
         call = plan.call_id
         signal = AbortSignal()
-        self.unfinished.add(call)
         async with trio.open_nursery() as helpers:
             if plan.abort_at == 0.0:
                 signal.abort("aborted before asking")
@@ -191,12 +191,18 @@ class _Run:
             if caller.cancelled_caught:
                 self.raised["caller-cancelled"] += 1
             helpers.cancel_scope.cancel(reason="ask settled")
-        self.unfinished.discard(call)
-        self._maybe_idle()
 
-    def _maybe_idle(self) -> None:
+    def finished(self, call: str) -> None:
+        self.unfinished.discard(call)
         if self.launched and not self.unfinished:
             self.idle.set()
+
+    async def wait_idle(self) -> None:
+        """Until every spawned ask has finished (the event is re-armed for each wait)."""
+        while self.unfinished:
+            self.idle = trio.Event()
+            await self.idle.wait()
+        await trio.lowlevel.checkpoint()
 
     async def _abort_later(self, signal: AbortSignal, call: str, delay: float) -> None:
         await trio.sleep(delay)
@@ -274,13 +280,13 @@ async def _run(config: ChaosConfig) -> ChaosReport:
                     start = trio.current_time()
                     for plan in sorted(plans, key=lambda p: p.start):
                         await trio.sleep_until(start + plan.start)
+                        run.unfinished.add(plan.call_id)
                         asks.start_soon(
-                            _limited, limiter, run.ask, broker, sessions[plan.session], plan
+                            _limited, limiter, run, broker, sessions[plan.session], plan
                         )
                     run.launched = True
-                    run._maybe_idle()
                     with trio.move_on_after(_QUIET):
-                        await run.idle.wait()
+                        await run.wait_idle()
                     run.finished_before_teardown = {p.call_id for p in plans} - run.unfinished
                     pending = set(run.unfinished)
                     # Teardown in the documented order settles whatever still hangs.
@@ -288,7 +294,7 @@ async def _run(config: ChaosConfig) -> ChaosReport:
                         for session in sessions:
                             closers.start_soon(session.aclose)
                     with trio.move_on_after(_TEARDOWN):
-                        await run.idle.wait()
+                        await run.wait_idle()
                     settled_by_teardown = len(pending - run.unfinished)
                     for call in sorted(run.unfinished):
                         run.violations.append(f"{call} was still waiting after the teardown")
@@ -338,7 +344,10 @@ async def _hold_turn(session: Session, stop: trio.Event) -> None:
 
 
 async def _limited(
-    limiter: trio.CapacityLimiter, fn: Callable[..., Awaitable[Any]], *args: Any
+    limiter: trio.CapacityLimiter, run: _Run, broker: Broker, session: Session, plan: AskPlan
 ) -> None:
-    async with limiter:
-        await fn(*args)
+    try:
+        async with limiter:
+            await run.ask(broker, session, plan)
+    finally:
+        run.finished(plan.call_id)

@@ -46,7 +46,9 @@ class ChaosConfig:
     asks: int = 1000
     sessions: int = 16
     fault_rate: float = 0.15
-    concurrency: int = 64
+    # Asks in flight at once; hanging answerers hold their slot until withdrawn, so keep it
+    # well above the number of hangs a run draws or later asks starve behind them.
+    concurrency: int = 1024
 
     def __attrs_post_init__(self) -> None:
         for name in ("asks", "sessions", "concurrency"):
