@@ -24,7 +24,7 @@ from ._ids import new_id
 from ._projection import ApprovalState
 from ._request import ApprovalRequest
 from ._session import Session
-from ._signal import AbortSignal
+from ._signal import is_aborted
 from ._texts import DELEGATION_STATEMENT, OUTSIDE_TURN, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .store._memory import MemoryStore
@@ -312,7 +312,7 @@ class Broker:
         """Steps 3.1–3.5: (outcome, remembered, decided by the never policy). Never raises
         anything but the caller's own :class:`trio.Cancelled`."""
         signal = req.signal
-        if flight.cause is None and _aborted(signal):
+        if flight.cause is None and is_aborted(signal):
             flight.withdraw(Withdrawal.ABORTED, "before the question was put")
         if flight.cause is not None:
             await trio.lowlevel.checkpoint()
@@ -488,12 +488,6 @@ class Broker:
                     closers.start_soon(session.aclose)
         self._nursery.cancel_scope.cancel(reason="broker closed")
         await trio.lowlevel.checkpoint()
-
-
-def _aborted(signal: AbortSignal | trio.Event | None) -> bool:
-    if signal is None:
-        return False
-    return signal.aborted if isinstance(signal, AbortSignal) else signal.is_set()
 
 
 async def _watch_event(event: trio.Event, flight: Flight) -> None:

@@ -12,6 +12,7 @@ import tomllib
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ._vocabulary import Delegation, Policy, parse_policy
 from .agent._loop import AgentLoop, LoopObserver
@@ -194,8 +195,6 @@ class Composition:
         Cancellation: the probe's process is killed.
         """
         if self.sandbox is None:
-            import trio
-
             await trio.lowlevel.checkpoint()
             return PlainExecutor()
         return await BubblewrapExecutor.probe()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ._signal import AbortSignal, Signal
 
@@ -28,8 +29,6 @@ def _check_optional_str(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> N
 
 
 def _check_signal(_inst: Any, _attr: Any, value: Any) -> None:
-    import trio
-
     if value is not None and not isinstance(value, AbortSignal | trio.Event):
         raise TypeError(
             f"signal must be an AbortSignal, a trio.Event or None, got {type(value).__name__}: "

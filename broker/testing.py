@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 import pytest
+import trio
 
 from ._broker import Broker, open_broker
 from ._vocabulary import Outcome
@@ -112,8 +113,6 @@ class ScriptedAnswerer:
 
 
 async def _checkpointed(outcome: Outcome) -> Outcome:
-    import trio
-
     await trio.lowlevel.checkpoint()
     return outcome
 
