@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 import trio.testing
+from trio_util import AsyncValue
 
 from .._broker import open_broker
 from .._errors import AuditAppendError, SessionClosedError
@@ -115,8 +116,8 @@ class _Run:
     faults: collections.Counter[str] = attrs.field(factory=collections.Counter)
     # Asks spawned (queued on the limiter or running) and not finished, by call id.
     unfinished: set[str] = attrs.field(factory=set)
-    launched: bool = False
-    idle: trio.Event = attrs.field(factory=trio.Event)
+    # How many of them there are, as a value tasks can wait on (0: nothing in flight).
+    outstanding: AsyncValue = attrs.field(factory=lambda: AsyncValue(0))
     finished_before_teardown: set[str] = attrs.field(factory=set)
     handles: dict[str, AnswererHandle] = attrs.field(factory=dict)
     violations: list[str] = attrs.field(factory=list)
@@ -192,17 +193,13 @@ class _Run:
                 self.raised["caller-cancelled"] += 1
             helpers.cancel_scope.cancel(reason="ask settled")
 
+    def started(self, call: str) -> None:
+        self.unfinished.add(call)
+        self.outstanding.value = len(self.unfinished)
+
     def finished(self, call: str) -> None:
         self.unfinished.discard(call)
-        if self.launched and not self.unfinished:
-            self.idle.set()
-
-    async def wait_idle(self) -> None:
-        """Until every spawned ask has finished (the event is re-armed for each wait)."""
-        while self.unfinished:
-            self.idle = trio.Event()
-            await self.idle.wait()
-        await trio.lowlevel.checkpoint()
+        self.outstanding.value = len(self.unfinished)
 
     async def _abort_later(self, signal: AbortSignal, call: str, delay: float) -> None:
         await trio.sleep(delay)
@@ -280,13 +277,12 @@ async def _run(config: ChaosConfig) -> ChaosReport:
                     start = trio.current_time()
                     for plan in sorted(plans, key=lambda p: p.start):
                         await trio.sleep_until(start + plan.start)
-                        run.unfinished.add(plan.call_id)
+                        run.started(plan.call_id)
                         asks.start_soon(
                             _limited, limiter, run, broker, sessions[plan.session], plan
                         )
-                    run.launched = True
                     with trio.move_on_after(_QUIET):
-                        await run.wait_idle()
+                        await run.outstanding.wait_value(0)
                     run.finished_before_teardown = {p.call_id for p in plans} - run.unfinished
                     pending = set(run.unfinished)
                     # Teardown in the documented order settles whatever still hangs.
@@ -294,7 +290,7 @@ async def _run(config: ChaosConfig) -> ChaosReport:
                         for session in sessions:
                             closers.start_soon(session.aclose)
                     with trio.move_on_after(_TEARDOWN):
-                        await run.wait_idle()
+                        await run.outstanding.wait_value(0)
                     settled_by_teardown = len(pending - run.unfinished)
                     for call in sorted(run.unfinished):
                         run.violations.append(f"{call} was still waiting after the teardown")
