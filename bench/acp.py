@@ -358,26 +358,19 @@ def to_result(m: Measured) -> Result:
                 value=m.calls * m.repeats / m.ask.seconds,
                 unit="/s",
             ),
-            Figure(
-                label="ask via AcpAnswerer over memory streams, p50",
-                value=m.latency["acp-memory"]["p50"],
-                unit="µs",
-                baseline=base,
-                baseline_label="in-process answerer, p50",
-            ),
-            Figure(
-                label="ask via AcpAnswerer over os.pipe, p50",
-                value=m.latency["acp-pipe"]["p50"],
-                unit="µs",
-                baseline=base,
-                baseline_label="in-process answerer, p50",
-            ),
-            Figure(
-                label="ask via AcpAnswerer to a client process over stdio, p50",
-                value=m.latency["acp-process"]["p50"],
-                unit="µs",
-                baseline=base,
-                baseline_label="in-process answerer, p50",
+            *(
+                Figure(
+                    label=f"ask via AcpAnswerer {how}, p50",
+                    value=m.latency[key]["p50"],
+                    unit="µs",
+                    baseline=base,
+                    baseline_label="in-process answerer, p50",
+                )
+                for key, how in (
+                    ("acp-memory", "over memory streams"),
+                    ("acp-pipe", "over os.pipe"),
+                    ("acp-process", "to a client process over stdio"),
+                )
             ),
         ),
         notes=(
