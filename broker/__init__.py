@@ -22,6 +22,7 @@ from ._codec import decode_event as decode_event
 from ._codec import encode_event as encode_event
 from ._decision import Decision as Decision
 from ._errors import AuditAppendError as AuditAppendError
+from ._errors import AuditInvariantError as AuditInvariantError
 from ._errors import BrokerClosedError as BrokerClosedError
 from ._errors import BrokerError as BrokerError
 from ._errors import SessionClosedError as SessionClosedError

@@ -16,6 +16,7 @@ import trio
 
 from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle, run_waterfall
+from ._collapse import collapse_single
 from ._decision import Decision
 from ._errors import BrokerClosedError, SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, ApprovalGrant, ApprovalPolicy, Event
@@ -328,11 +329,14 @@ class Broker:
         if isinstance(signal, trio.Event):
             # A bare trio.Event has no callbacks: one watcher task per question withdraws the
             # flight when it fires.
-            async with trio.open_nursery() as watchers:
-                watchers.start_soon(_watch_event, signal, flight)
-                with flight.scope:
-                    outcome = await run_waterfall(req, chain, flight)
-                watchers.cancel_scope.cancel(reason="question settled")
+            # Collapsed so the caller's cancellation reaches request_decision's
+            # ``except trio.Cancelled`` as itself, not inside a group.
+            with collapse_single():
+                async with trio.open_nursery() as watchers:
+                    watchers.start_soon(_watch_event, signal, flight)
+                    with flight.scope:
+                        outcome = await run_waterfall(req, chain, flight)
+                    watchers.cancel_scope.cancel(reason="question settled")
         else:
             unsubscribe = (
                 signal.subscribe(
@@ -479,7 +483,11 @@ class Broker:
     async def aclose(self) -> None:
         """Stop opening sessions, close every session (in parallel), then end the nursery.
 
-        Cancellation: shielded and bounded by ``settle_grace`` per step.
+        Cancellation: shielded and bounded by ``settle_grace`` per step; it never raises
+        :class:`trio.Cancelled` itself. Invariant: no checkpoint follows the cancel of the root
+        nursery — the task running this may be inside that nursery (the ``open_broker`` block),
+        and a ``Cancelled`` raised here would replace the block's own exception and then be
+        absorbed by the nursery, so the exception would vanish.
         """
         self._closing = True
         with trio.CancelScope(shield=True):
@@ -487,7 +495,6 @@ class Broker:
                 for session in list(self._sessions.values()):
                     closers.start_soon(session.aclose)
         self._nursery.cancel_scope.cancel(reason="broker closed")
-        await trio.lowlevel.checkpoint()
 
 
 async def _watch_event(event: trio.Event, flight: Flight) -> None:
@@ -528,6 +535,18 @@ async def open_broker(
     default = parse_policy(policy)
     mode = _parse_delegation(delegation)
     grace = _check_grace(settle_grace)
+    with collapse_single():
+        async with _run_broker(default, store, mode, grace) as broker:
+            yield broker
+
+
+@asynccontextmanager
+async def _run_broker(
+    default: Policy,
+    store: EventStore | str | os.PathLike[str] | None,
+    mode: Delegation,
+    grace: float,
+) -> AsyncIterator[Broker]:
     async with contextlib.AsyncExitStack() as owned:
         the_store: EventStore
         if store is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "AuditAppendError",
+    "AuditInvariantError",
     "BrokerClosedError",
     "BrokerError",
     "SessionClosedError",
@@ -34,3 +35,10 @@ class BrokerClosedError(BrokerError):
 
 class AuditAppendError(BrokerError):
     """An audit event could not be made durable; the request that needed it made no decision."""
+
+
+class AuditInvariantError(AuditAppendError):
+    """The session refused to commit an event that would break an audit rule of its log.
+
+    The message names the rule (as ``broker log verify`` does). Nothing was appended.
+    """

@@ -15,6 +15,7 @@ class Withdrawal(enum.Enum):
 
     ABORTED = "aborted by the request's signal"
     SESSION_CLOSING = "the session is closing"
+    TURN_ENDING = "its turn is ending"
     ANSWERER_LOST = "an answerer consulted for it ended"
 
 

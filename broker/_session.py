@@ -26,16 +26,21 @@ import attrs
 import trio
 
 from ._agent import Agent
+from ._audit_rules import check
+from ._collapse import collapse_single, is_cancellation
 from ._errors import (
     AuditAppendError,
+    AuditInvariantError,
     BrokerError,
     SessionClosedError,
     SessionCrashedError,
     TurnError,
 )
-from ._events import Event, TurnEnd, TurnEndReason, TurnStart
+from ._events import ApprovalDecided, Event, TurnEnd, TurnEndReason, TurnStart
 from ._flight import Flight, Withdrawal
 from ._projection import ApprovalState, fold
+from ._texts import OUTSIDE_TURN
+from ._vocabulary import Outcome
 
 if TYPE_CHECKING:
     from ._answerers import AnswererHandle, AnswerFn
@@ -58,6 +63,15 @@ class _Status(enum.Enum):
     CLOSING = "closing"
     CLOSED = "closed"
     CRASHED = "crashed"
+
+
+def _if_pending(decided: ApprovalDecided) -> Builder:
+    """A builder that appends *decided* only while its question is still pending."""
+
+    def build(state: ApprovalState) -> Event | None:
+        return decided if decided.id in state.pending else None
+
+    return build
 
 
 @attrs.define(eq=False)
@@ -99,6 +113,8 @@ class Session:
     _settled: trio.Event | None = attrs.field(default=None, init=False)
     _finished: trio.Event | None = attrs.field(default=None, init=False)
     _done: bool = attrs.field(default=False, init=False)
+    # True while a turn is being left: its questions settle and new ones are refused.
+    _turn_ending: bool = attrs.field(default=False, init=False)
     # Answerers scoped to this session's agent, sorted by registration order.
     _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     crash_cause: BaseException | None = attrs.field(default=None, init=False)
@@ -145,8 +161,12 @@ class Session:
         """Open a turn (``turn/start``) for the block; ``turn/end`` is appended when it exits.
 
         Yields the turn number. The end reason kind is ``completed``, or ``cancelled`` /
-        ``error`` when the block raised. Cancellation: the ``turn/end`` append is shielded and
-        bounded by the broker's ``settle_grace``, then the cancellation propagates. Raises
+        ``error`` when the block raised. Leaving the turn first withdraws every question of it
+        still pending (asked by other tasks): each settles ``cancelled`` and its pair lands
+        inside the turn; only then is ``turn/end`` appended. While the turn is ending, new
+        questions are refused with the out-of-turn :class:`TurnError`. Cancellation: leaving is
+        shielded and bounded by the broker's ``settle_grace``, then the cancellation
+        propagates; the block's own exception always leaves as itself. Raises
         :class:`TurnError` if a turn is already open (turns do not nest).
         """
 
@@ -164,30 +184,47 @@ class Session:
         kind = "completed"
         try:
             yield number
-        except trio.Cancelled:
-            kind = "cancelled"
-            raise
-        except BaseException:
-            kind = "error"
+        except BaseException as exc:
+            kind = "cancelled" if is_cancellation(exc) else "error"
             raise
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(self._broker.settle_grace):
-                await self._end_turn(number, kind)
+                await self._leave_turn(number, kind, Withdrawal.TURN_ENDING)
 
-    async def _end_turn(  # noqa: ASYNC910 (a teardown step; its callers checkpoint)
-        self, number: int, kind: str
+    async def _leave_turn(  # noqa: ASYNC910 (a teardown step; its callers checkpoint)
+        self, number: int, kind: str, cause: Withdrawal
     ) -> None:
-        def end(state: ApprovalState) -> Event | None:
-            if state.turn_open and state.turn == number:
-                return TurnEnd(turn=number, reason=TurnEndReason(kind=kind))
-            return None  # already ended, e.g. by the session closing
+        """Withdraw the turn's pending questions, wait for their pairs, then end the turn.
 
+        Runs shielded and bounded by its caller. Invariant (``_audit_rules``): ``turn/end``
+        is committed only when no question of the turn is pending, so every pair lies inside
+        its turn. A question whose ``decided`` could not be appended (the store failed) has no
+        task left to pair it: it is closed here as recovery would close it after a crash.
+        """
+        self._turn_ending = True
         try:
+            self._withdraw_all(cause, f"turn {number} of session {self.id} ending")
+            await self._wait_settled()
+            for ask_id in sorted(self._state.pending - self._flights.keys()):
+                orphan = ApprovalDecided(id=ask_id, outcome=Outcome.CANCELLED, recovered=True)
+                await self._append(_if_pending(orphan), internal=True)
+
+            def end(state: ApprovalState) -> Event | None:
+                if state.turn_open and state.turn == number:
+                    return TurnEnd(turn=number, reason=TurnEndReason(kind=kind))
+                return None  # already ended, e.g. by the session closing
+
             await self._append(end, internal=True)
         except SessionClosedError:
             # The session ended without us: it closed the turn itself, or it crashed and
             # recovery will close it (``interrupted``) when the log is reopened.
             log.debug("turn %d of session %s left to the session's teardown", number, self.id)
+        except AuditAppendError as exc:
+            # The store failed (or a question is stuck past the grace): the turn stays open in
+            # the log, for recovery to end as ``interrupted``; never a pair outside its turn.
+            log.warning("turn %d of session %s left open: %s", number, self.id, exc)
+        finally:
+            self._turn_ending = False
 
     # -- other events ---------------------------------------------------------------------
 
@@ -256,11 +293,12 @@ class Session:
     ) -> None:
         """The actor task; lives in the broker's root nursery. Never raises an Exception."""
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                task_status.started()
-                await self._serve_log()
-                nursery.cancel_scope.cancel(reason=f"session {self.id} closed")
+            with collapse_single():
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    task_status.started()
+                    await self._serve_log()
+                    nursery.cancel_scope.cancel(reason=f"session {self.id} closed")
         except Exception as exc:
             # Containment: a crash of this session's loop or of a task in its nursery ends this
             # session only; the broker's root nursery never sees it.
@@ -336,6 +374,16 @@ class Session:
                 continue
             if event is None:
                 command.finish()
+                continue
+            broken = check(state, event)
+            if broken is not None:
+                # Invariant: nothing that breaks an audit rule is ever committed.
+                rule, detail = broken
+                command.finish(
+                    error=AuditInvariantError(
+                        f"session {self.id} refused {event.TYPE}: rule {rule}: {detail}"
+                    )
+                )
                 continue
             state = fold(state, event)
             accepted.append((command, event))
@@ -448,13 +496,27 @@ class Session:
     def _admit(self, request_id: str) -> Flight:
         if self._status is not _Status.OPEN:
             raise self._closed_error("ask in", parameter="req.agent")
+        if self._turn_ending:
+            raise TurnError(OUTSIDE_TURN)
         flight = self._flights[request_id] = Flight()
         return flight
 
     def _settle(self, request_id: str) -> None:
         self._flights.pop(request_id, None)
-        if not self._flights and self._status is _Status.CLOSING and self._settled is not None:
+        if not self._flights and self._settled is not None:
             self._settled.set()
+            self._settled = None
+
+    def _withdraw_all(self, cause: Withdrawal, detail: str) -> None:
+        for flight in list(self._flights.values()):
+            flight.withdraw(cause, detail)
+
+    async def _wait_settled(self) -> None:  # noqa: ASYNC910 (teardown; callers checkpoint)
+        """Wait until no question of this session is in flight (callers bound the wait)."""
+        if self._flights:
+            if self._settled is None:
+                self._settled = trio.Event()
+            await self._settled.wait()
 
     # -- teardown -------------------------------------------------------------------------
 
@@ -468,13 +530,12 @@ class Session:
             if self._status is _Status.OPEN:
                 self._status = _Status.CLOSING
                 with trio.move_on_after(self._broker.settle_grace):  # noqa: ASYNC912
-                    for flight in list(self._flights.values()):
-                        flight.withdraw(Withdrawal.SESSION_CLOSING, f"session {self.id}")
-                    if self._flights:
-                        self._settled = trio.Event()
-                        await self._settled.wait()
+                    self._withdraw_all(Withdrawal.SESSION_CLOSING, f"session {self.id}")
+                    await self._wait_settled()
                     if self._state.turn_open:
-                        await self._end_turn(self._state.turn, "closed")
+                        await self._leave_turn(
+                            self._state.turn, "closed", Withdrawal.SESSION_CLOSING
+                        )
                 self._send.close()
             with trio.move_on_after(self._broker.settle_grace):
                 await self._wait_done()

@@ -545,8 +545,18 @@ async def test_decided_append_failure_raises_leaving_the_asked_unmatched() -> No
                 with pytest.raises(AuditAppendError, match=r"^could not append approval/decided"):
                     await broker.request(req(session))
                 store.fail_appends = None
-    types = [e.TYPE for e in store.read_nowait(session.id)]
-    assert types == ["turn/start", "approval/asked", "turn/end"]
+    events = store.read_nowait(session.id)
+    assert [e.TYPE for e in events] == [
+        "turn/start",
+        "approval/asked",
+        "approval/decided",
+        "turn/end",
+    ]
+    # The failed decision has no task left to pair it: leaving the turn closes it inside the
+    # turn as recovery would after a crash — never as the answer that could not be recorded.
+    asked, decided = events[1], events[2]
+    assert isinstance(asked, ApprovalAsked)
+    assert decided == ApprovalDecided(id=asked.id, outcome=Outcome.CANCELLED, recovered=True)
 
 
 # -- bad input --------------------------------------------------------------------------------

@@ -65,7 +65,9 @@ async def test_a_broker_on_a_path_logs_durably_and_verifies(tmp_path: pathlib.Pa
     assert summary is not None
 
 
-async def test_a_crash_tail_is_closed_on_reopen_never_granted(tmp_path: pathlib.Path) -> None:
+async def test_a_failed_decision_is_closed_cancelled_never_granted(
+    tmp_path: pathlib.Path,
+) -> None:
     path = tmp_path / "log.sqlite"
     async with open_broker(store=path) as broker:
         assert isinstance(broker.store, SqliteStore)
@@ -81,12 +83,14 @@ async def test_a_crash_tail_is_closed_on_reopen_never_granted(tmp_path: pathlib.
             with pytest.raises(AuditAppendError, match=r"could not append approval/decided"):
                 await broker.request(ApprovalRequest(agent=session.agent, tool_name="bash"))
         session_id = session.id
-    # The session's turn was ended on close; the asked is the unmatched crash tail.
+    # Leaving the turn closed the unmatched asked inside it, as recovery would have: nothing
+    # is left for the next open to recover.
     async with open_broker(store=path) as broker:
         assert isinstance(broker.store, SqliteStore)
-        assert broker.store.recovery.cancelled_asks == 1
+        assert broker.store.recovery.cancelled_asks == 0
     logged = lines(path, session_id)
-    assert logged[-1].endswith('"outcome":"cancelled","recovered":true}}')
+    assert logged[-2].endswith('"outcome":"cancelled","recovered":true}}')
+    assert logged[-1].startswith('{"type":"turn/end"')
     assert not any('"allowed-once"' in line for line in logged)
     verify_store(path)
 

@@ -14,6 +14,8 @@ from broker import (
     ApprovalGrant,
     Event,
     Outcome,
+    TurnEnd,
+    TurnEndReason,
     TurnStart,
 )
 from broker.chaos import ChaosConfig, run_chaos
@@ -100,7 +102,7 @@ def test_pairing_violations() -> None:
     [unpaired] = check([asked("a")])
     assert "asked a (call-a) has no decided" in unpaired
     assert check([asked("a")], failed={"a"}) == []
-    [double] = check(
+    double, rule = check(
         [
             asked("a"),
             ApprovalDecided(id="a", outcome=Outcome.REJECTED),
@@ -108,8 +110,37 @@ def test_pairing_violations() -> None:
         ]
     )
     assert "has 2 decided events" in double
-    [orphan] = check([ApprovalDecided(id="z", outcome=Outcome.REJECTED)])
+    assert "rule pairing: approval/decided id 'a' repeats the decision at seq 3" in rule
+    orphan, rule = check([ApprovalDecided(id="z", outcome=Outcome.REJECTED)])
     assert "decided z has no asked" in orphan
+    assert rule == (
+        "session 's' seq 2: rule pairing: approval/decided id 'z' has no earlier approval/asked "
+        "(a decided never comes before its asked)"
+    )
+
+
+def test_the_verify_rules_run_on_every_chaos_log() -> None:
+    # A pair that leaves its turn: what the issue found, checked by the same rules as verify.
+    [outside] = check(
+        [
+            asked("a"),
+            TurnEnd(turn=1, reason=TurnEndReason(kind="completed")),
+            ApprovalDecided(id="a", outcome=Outcome.ALLOWED_ONCE),
+        ],
+        allow={"call-a"},
+    )
+    assert outside == (
+        "session 's' seq 3: rule turn-enclosure: turn/end 1 while 1 of its questions are pending "
+        "(each question's approval/decided comes before its turn ends)"
+    )
+    [recovered] = check(
+        [asked("a"), ApprovalDecided(id="a", outcome=Outcome.CANCELLED, recovered=True)]
+    )
+    assert "was closed cancelled by recovery although its decided append was not failed" in (
+        recovered
+    )
+    closed = [asked("a"), ApprovalDecided(id="a", outcome=Outcome.CANCELLED, recovered=True)]
+    assert check(closed, failed={"a"}) == []
 
 
 def test_a_never_session_reaching_an_answerer_is_a_violation() -> None:
@@ -151,3 +182,10 @@ def test_asks_queued_behind_hung_ones_are_not_reported_as_hung() -> None:
     report = run_chaos(ChaosConfig(seed=11, asks=300, sessions=4, concurrency=4))
     assert report.violations == ()
     assert report.settled_by_teardown > 0
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_turns_ending_while_questions_are_pending_keep_every_pair_inside(seed: int) -> None:
+    report = run_chaos(ChaosConfig(seed=seed, asks=400, sessions=8, fault_rate=0.3))
+    assert report.faults.get("turn-ended-while-pending", 0) > 0
+    assert report.violations == ()

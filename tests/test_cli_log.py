@@ -16,8 +16,6 @@ from broker._events import (
     ApprovalDecided,
     ApprovalGrant,
     Event,
-    TurnEnd,
-    TurnEndReason,
     TurnStart,
 )
 from broker._vocabulary import Outcome
@@ -30,7 +28,8 @@ EVENTS: list[Event] = [
     ApprovalDecided(id="q1", outcome=Outcome.ALLOWED_ONCE, remembered=True),
     ApprovalGrant(tool_name="bash"),
     ApprovalAsked(id="q2", tool_name="edit"),
-    TurnEnd(turn=1, reason=TurnEndReason(kind="completed")),
+    # A live log: turn 1 is still open, its question q2 pending (a turn cannot end before).
+    ApprovalGrant(tool_name="edit"),
 ]
 # 2026-01-02 03:04:05.000 UTC, then one tick per commit.
 T0 = 1_767_323_045_000
@@ -87,7 +86,7 @@ def test_show_prints_a_paired_timeline(store: Path, capsys: pytest.CaptureFixtur
         "1.250s)",
         "     4  03:04:06.600    +1.600s  grant   tool bash",
         "     5  03:04:07.000    +2.000s  asked   q2 tool edit -> pending (no decision)",
-        "     6  03:04:07.001    +2.001s  turn 1 ended: completed",
+        "     6  03:04:07.001    +2.001s  grant   tool edit",
     ]
 
 

@@ -257,7 +257,18 @@ async def test_verify_checks_checkpoints_against_a_re_fold(tmp_path: Path) -> No
                 TurnEnd(turn=1, reason=COMPLETED),
                 ApprovalDecided(id="q", outcome=Outcome.REJECTED),
             ],
-            "session 's' seq 4: rule turn-enclosure: approval/decided id 'q' outside an open "
+            "session 's' seq 3: rule turn-enclosure: turn/end 1 while 1 of its questions are "
+            "pending (each question's approval/decided comes before its turn ends)",
+        ),
+        (
+            [
+                TurnStart(turn=1),
+                ApprovalAsked(id="q", tool_name="bash"),
+                ApprovalDecided(id="q", outcome=Outcome.REJECTED),
+                TurnEnd(turn=1, reason=COMPLETED),
+                ApprovalDecided(id="q", outcome=Outcome.REJECTED),
+            ],
+            "session 's' seq 5: rule turn-enclosure: approval/decided id 'q' outside an open "
             "turn (every asked and decided must lie between turn/start and turn/end)",
         ),
         (

@@ -98,9 +98,11 @@ async def test_recovery_runs_once(tmp_path: Path) -> None:
             assert store.recovery.summary() == ("recovery: 3 sessions checked, nothing to recover")
 
 
-async def test_a_dangling_ask_after_its_turn_ended_is_still_closed(tmp_path: Path) -> None:
-    # The decided append failed, the turn/end did not: the recovered decided follows turn/end,
-    # which verify accepts for recovered decisions only.
+async def test_a_dangling_ask_whose_decided_failed_is_closed_inside_its_turn(
+    tmp_path: Path,
+) -> None:
+    # The decided append failed; a turn cannot end while its question is pending, so the turn
+    # is still open when the writer stops: recovery closes the ask, then the turn.
     path = tmp_path / "store.db"
     with trio.fail_after(10):
         async with open_sqlite_store(path) as store:
@@ -109,13 +111,15 @@ async def test_a_dangling_ask_after_its_turn_ended_is_still_closed(tmp_path: Pat
             store.inject_commit_failure(sqlite3.OperationalError("disk I/O error"))
             with pytest.raises(Exception, match=r"^write to store file"):
                 await store.append("s", [ApprovalDecided(id="q", outcome=Outcome.REJECTED)])
-            await store.append("s", [TurnEnd(turn=1, reason=TurnEndReason(kind="error"))])
         async with open_sqlite_store(path) as store:
             assert store.recovery.sessions == (
-                RecoveredSession(session_id="s", cancelled=("q",), interrupted_turn=None),
+                RecoveredSession(session_id="s", cancelled=("q",), interrupted_turn=1),
             )
             events = await store.read("s")
-    assert events[-1] == ApprovalDecided(id="q", outcome=Outcome.CANCELLED, recovered=True)
+    assert events[-2:] == [
+        ApprovalDecided(id="q", outcome=Outcome.CANCELLED, recovered=True),
+        TurnEnd(turn=1, reason=TurnEndReason(kind="interrupted")),
+    ]
     verify_store(path)
 
 

@@ -25,6 +25,7 @@ import attrs
 import trio
 
 from .. import __version__
+from .._collapse import collapse_single
 from .._signal import AbortSignal
 from ..agent._loop import LoopObserver, StopReason
 from ._answerer import AcpAnswerer
@@ -299,8 +300,9 @@ async def serve_acp(
     )
     agent.install()
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(connection.serve)
-            task_status.started(agent)
+        with collapse_single():
+            async with trio.open_nursery() as nursery:
+                await nursery.start(connection.serve)
+                task_status.started(agent)
     finally:
         await agent.aclose()

@@ -16,6 +16,7 @@ from typing import Any, Final, TypeAlias, TypeGuard
 import attrs
 import trio
 
+from .._collapse import collapse_single
 from ._errors import ConnectionClosed, ErrorCode, JsonRpcError
 
 __all__ = [
@@ -332,18 +333,22 @@ class JsonRpcConnection:
             )
         self._state = _State.SERVING
         try:
-            async with trio.open_nursery() as io:
-                try:
-                    async with trio.open_nursery() as handlers:
-                        self._handler_nursery = handlers
-                        io.start_soon(self._read_loop)
-                        io.start_soon(self._write_loop)
-                        task_status.started()
-                        await self._close_requested.wait()
-                        handlers.cancel_scope.cancel(reason=self._teardown_reason())
-                finally:
-                    self._close_nowait("serve() was cancelled or failed")
-                    io.cancel_scope.cancel(reason=self._teardown_reason())
+            # Both nurseries are details: an error of the reader, the writer or a handler
+            # leaves serve() as itself (broker._collapse).
+            with collapse_single():
+                async with trio.open_nursery() as io:
+                    try:
+                        with collapse_single():
+                            async with trio.open_nursery() as handlers:
+                                self._handler_nursery = handlers
+                                io.start_soon(self._read_loop)
+                                io.start_soon(self._write_loop)
+                                task_status.started()
+                                await self._close_requested.wait()
+                                handlers.cancel_scope.cancel(reason=self._teardown_reason())
+                    finally:
+                        self._close_nowait("serve() was cancelled or failed")
+                        io.cancel_scope.cancel(reason=self._teardown_reason())
         finally:
             self._handler_nursery = None
             self._state = _State.CLOSED

@@ -9,6 +9,7 @@ import attrs
 from .._events import ApprovalAsked, ApprovalDecided, ApprovalGrant, Event
 from .._projection import fold_all
 from .._vocabulary import Outcome
+from ..store._invariants import SessionChecker
 from ..store._recovery import recovery_events
 
 __all__ = ["LogFacts", "check_logs"]
@@ -70,6 +71,16 @@ def check_logs(
                     f"session {session_id}: asked {ask_id} has {len(found)} decided events"
                 )
             where, decision = found[0]
+            if decision.recovered:
+                # Closed in-process when its turn ended: only an ask whose own decided append
+                # failed may end that way, and always as cancelled.
+                recovered += 1
+                if ask_id not in failed_ids or decision.outcome is not Outcome.CANCELLED:
+                    violations.append(
+                        f"session {session_id}: asked {ask_id} ({ask.call_id}) was closed "
+                        f"{decision.outcome.value} by recovery although its decided append "
+                        "was not failed on purpose"
+                    )
             if where < position:
                 violations.append(f"session {session_id}: decided {ask_id} precedes its asked")
             outcomes[decision.outcome.value] += 1
@@ -83,6 +94,12 @@ def check_logs(
                         "returned allowed-once for it and no grant covered it"
                     )
         recovered += _recover(session_id, events, violations)
+        checker = SessionChecker(session_id, allow_pending=True)
+        for seq, event in enumerate(events, start=1):
+            broken = checker.feed(seq, event)
+            if broken is not None:
+                violations.append(broken.message())
+                break
     return LogFacts(asked=asked_total, outcomes=outcomes, recovered=recovered)
 
 

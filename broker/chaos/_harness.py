@@ -24,7 +24,7 @@ import trio.testing
 from trio_util import AsyncValue
 
 from .._broker import open_broker
-from .._errors import AuditAppendError, SessionClosedError
+from .._errors import AuditAppendError, SessionClosedError, TurnError
 from .._events import ApprovalDecided
 from .._request import ApprovalRequest
 from .._signal import AbortSignal
@@ -127,7 +127,9 @@ class _Run:
 
     def on_decided(self, event: ApprovalDecided) -> None:
         call = self.store.call_of.get(event.id)
-        if call is not None:
+        # A recovered decision closes an ask whose own decided could not be appended (leaving
+        # its turn does that); it is not the asking task settling, so it has no abort lag.
+        if call is not None and not event.recovered:
             self.decided_pass[call] = self.watch.passes
             self.decided_outcome[call] = event.outcome
 
@@ -189,6 +191,8 @@ class _Run:
                     self.raised["audit-append-error"] += 1
                 except SessionClosedError:
                     self.raised["session-closed"] += 1
+                except TurnError:
+                    self.raised["outside-turn"] += 1
             if caller.cancelled_caught:
                 self.raised["caller-cancelled"] += 1
             helpers.cancel_scope.cancel(reason="ask settled")
@@ -270,7 +274,7 @@ async def _run(config: ChaosConfig) -> ChaosReport:
             async with broker.answerer(run.gate, prepend=True), trio.open_nursery() as nursery:
                 for session in sessions:
                     run.handles[session.id] = await session.start_answerer(run.answerer)
-                    nursery.start_soon(_hold_turn, session, stop)
+                    nursery.start_soon(_hold_turns, run, session, stop, len(run.handles))
                 nursery.start_soon(run.meddle, broker, sessions, free)
                 async with trio.open_nursery() as asks:
                     limiter = trio.CapacityLimiter(config.concurrency)
@@ -334,9 +338,26 @@ async def _run(config: ChaosConfig) -> ChaosReport:
     )
 
 
-async def _hold_turn(session: Session, stop: trio.Event) -> None:
-    async with session.turn():
-        await stop.wait()
+async def _hold_turns(run: _Run, session: Session, stop: trio.Event, index: int) -> None:
+    """Hold a turn open on *session*; with faults on, end it at random moments and reopen.
+
+    Ending a turn while its questions are pending is a fault of its own: each pending question
+    must settle ``cancelled`` inside the turn before ``turn/end`` (checked from the logs, by
+    the same rules as ``broker log verify``). Asks landing between two turns raise the spec's
+    out-of-turn ``TurnError``.
+    """
+    rng = random.Random((run.config.seed << 8) ^ index)
+    span = max(1.0, run.config.asks / 50)
+    await trio.lowlevel.checkpoint()
+    while not stop.is_set():
+        async with session.turn():
+            if rng.random() >= run.config.fault_rate:
+                await stop.wait()
+                return
+            with trio.move_on_after(rng.uniform(0.0, span / 4)):
+                await stop.wait()
+            if session.pending:
+                run.faults["turn-ended-while-pending"] += 1
 
 
 async def _limited(

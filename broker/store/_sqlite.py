@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from .._codec import EventDecodeError, decode_event, encode_event
+from .._collapse import collapse_single
 from .._events import Event
 from ._sqlite_writer import (
     AppendRequest,
@@ -239,8 +240,8 @@ async def open_sqlite_store(
 
     Cancellation: opening is not interruptible (one blocking job on the writer thread). On
     exit — also by cancellation or error — the store is closed as by :meth:`SqliteStore.aclose`.
-    Errors: opening errors are raised as themselves; an exception of the block's body leaves
-    wrapped in an :class:`ExceptionGroup` (the writer's nursery; trio's strict groups).
+    Errors: opening errors and the block's own exception are raised as themselves (the writer's
+    nursery is a detail; see ``broker._collapse``).
     """
     _check_options(synchronous, checkpoint_every, inbox_size)
     writer = SqliteWriter(
@@ -253,10 +254,12 @@ async def open_sqlite_store(
     # Opened before the nursery exists, so an open error is raised as itself, not in a group.
     await writer.open()
     store = SqliteStore(writer)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(writer.run, name=f"sqlite store writer {writer.path!r}")
-        try:
-            yield store
-        finally:
-            # Invariant: the writer ends only when its inbox is closed: close it on every path.
-            await store.aclose()
+    with collapse_single():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run, name=f"sqlite store writer {writer.path!r}")
+            try:
+                yield store
+            finally:
+                # Invariant: the writer ends only when its inbox is closed: close it on every
+                # path.
+                await store.aclose()
