@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker import AbortSignal, Broker, Outcome, Session, open_broker
+from broker import AbortSignal, Broker, MemoryStore, Outcome, Session, open_broker
 from broker.testing import ScriptedAnswerer
 from broker.tools import (
     Allow,
@@ -251,3 +251,73 @@ async def test_unknown_tool_and_duplicate_names() -> None:
     assert result == ToolResult.error('unknown tool "rm": available tools are write')
     with pytest.raises(ValueError, match=r"^tools has two tools named 'write'"):
         ToolRuntime(tools=[Counter(), Counter()])
+
+
+# -- a question that cannot be put or recorded: an error result, never an exception -----------
+
+
+async def test_an_ask_outside_a_turn_is_an_error_result_and_nothing_runs(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    tool = Counter()
+    runtime = ToolRuntime(tools=[tool], gates=[asking("writes x")], approval=approval_broker)
+    result = await runtime.execute(CALL, agent=approval_session.agent)
+    assert result.is_error
+    assert result.output.startswith(
+        'Error: approval for tool "write" could not be asked or recorded (TurnError: '
+        "approval.request() outside an open turn"
+    )
+    assert result.output.endswith("; the tool did not run")
+    assert tool.runs == 0
+    assert log_of(approval_broker, approval_session) == []
+
+
+async def test_a_failed_audit_append_is_an_error_result_and_nothing_runs() -> None:
+    store = MemoryStore()
+    tool = Counter()
+    async with open_broker(store=store) as broker, broker.open_session() as session:
+        runtime = ToolRuntime(tools=[tool], gates=[asking("writes x")], approval=broker)
+        async with broker.answerer(ScriptedAnswerer([Outcome.ALLOWED_ONCE])), session.turn():
+            store.fail_appends = "disk full"
+            result = await runtime.execute(CALL, agent=session.agent)
+            store.fail_appends = None
+    assert result == ToolResult.error(
+        'approval for tool "write" could not be asked or recorded (AuditAppendError: could '
+        f"not append approval/asked to session {session.id}: disk full); the tool did not run"
+    )
+    assert tool.runs == 0
+
+
+async def test_a_closed_session_is_an_error_result_and_nothing_runs(
+    approval_broker: Broker,
+) -> None:
+    tool = Counter()
+    runtime = ToolRuntime(tools=[tool], gates=[asking()], approval=approval_broker)
+    session = await approval_broker.start_session()
+    await session.aclose()
+    result = await runtime.execute(CALL, agent=session.agent)
+    assert result.output.startswith(
+        'Error: approval for tool "write" could not be asked or recorded (SessionClosedError: '
+    )
+    assert tool.runs == 0
+
+
+async def test_the_callers_own_cancellation_still_propagates(
+    approval_broker: Broker, approval_session: Session, autojump_clock: trio.testing.MockClock
+) -> None:
+    tool = Counter()
+    runtime = ToolRuntime(tools=[tool], gates=[asking()], approval=approval_broker)
+
+    async def hang(_req: object, _next: object) -> Outcome:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with approval_broker.answerer(hang), approval_session.turn():
+        with trio.move_on_after(0.5) as scope:
+            await runtime.execute(CALL, agent=approval_session.agent)
+    assert scope.cancelled_caught
+    assert tool.runs == 0
+    assert types_of(approval_broker, approval_session)[1:3] == [
+        "approval/asked",
+        "approval/decided",
+    ]

@@ -19,6 +19,7 @@ from .._events import SandboxModeSet
 from .._request import ApprovalRequest
 from .._vocabulary import Outcome
 from . import _texts
+from ._asking import ask_or_refuse
 from ._call import CallContext, ToolCall, ToolResult, ToolSpec
 from ._sandbox import (
     ESCALATION_HINT,
@@ -188,7 +189,8 @@ class BashTool:
         if ctx.agent is None:
             return await _refuse(_texts.escalation_no_agent(wider.value))
         # 6. ask
-        decision = await ctx.approval.request_decision(
+        decision = await ask_or_refuse(
+            ctx.approval,
             ApprovalRequest(
                 agent=ctx.agent,
                 tool_name=call.name,
@@ -196,8 +198,10 @@ class BashTool:
                 reason=_texts.escalation_reason(wider.value, justification),
                 display_reason=f"run `{command}` with {wider.value} access: {justification}",
                 signal=ctx.signal,
-            )
+            ),
         )
+        if isinstance(decision, ToolResult):
+            return decision
         outcome = decision.outcome
         if outcome is Outcome.ALLOWED_ONCE:
             return wider

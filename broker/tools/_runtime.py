@@ -24,6 +24,7 @@ import trio
 from .._request import ApprovalRequest
 from .._vocabulary import Outcome
 from . import _texts
+from ._asking import ask_or_refuse
 from ._call import CallContext, ToolCall, ToolResult, ToolSpec
 from ._gate import Allow, Ask, Deny, GateDecision
 
@@ -86,8 +87,11 @@ class ToolRuntime:
     ) -> ToolResult:
         """Gate, resolve an ask, then run *call*; never raises for a denied or failed call.
 
-        Cancellation: propagates; a question asked for this call is withdrawn and audited
-        (``cancelled``) by the broker, and the tool, if it was running, stops.
+        Nor for a question that cannot be put or recorded (no open turn, a closed session, a
+        failed audit append): that is an error result whose text starts ``Error: `` and names
+        the cause, and the tool does not run. Only the caller's own cancellation propagates:
+        a question asked for this call is then withdrawn and audited (``cancelled``) by the
+        broker, and the tool, if it was running, stops.
         """
         tool = self._by_name.get(call.name)
         if tool is None:
@@ -149,15 +153,18 @@ class ToolRuntime:
         if ctx.agent is None:
             await trio.lowlevel.checkpoint()
             return ToolResult.error(_texts.ask_no_agent(name))
-        decision = await broker.request_decision(
+        decision = await ask_or_refuse(
+            broker,
             ApprovalRequest(
                 agent=ctx.agent,
                 tool_name=name,
                 call_id=call.id,
                 reason=ask.reason,
                 signal=ctx.signal,
-            )
+            ),
         )
+        if isinstance(decision, ToolResult):
+            return decision
         outcome = decision.outcome
         if outcome is Outcome.ALLOWED_ONCE:
             return None

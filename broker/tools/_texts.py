@@ -12,6 +12,7 @@ __all__ = [
     "ESCALATION_NEEDS_JUSTIFICATION",
     "ESCALATION_NO_SANDBOX",
     "ask_cancelled",
+    "ask_failed",
     "ask_no_agent",
     "ask_no_service",
     "ask_rejected",
@@ -30,6 +31,14 @@ __all__ = [
 # -- 8.1 tool runtime ask routing -----------------------------------------------------------
 
 ABORTED_BEFORE_DISPATCH = "tool call aborted before dispatch"
+
+
+def ask_failed(name: str, cause: BaseException) -> str:
+    """**Beyond**: the question could not be put or recorded; the tool did not run."""
+    return (
+        f'approval for tool "{name}" could not be asked or recorded '
+        f"({type(cause).__name__}: {cause}); the tool did not run"
+    )
 
 
 def ask_no_service(name: str) -> str:
