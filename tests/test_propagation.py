@@ -152,7 +152,7 @@ async def test_open_sqlite_store_lets_the_body_error_out(
 
 
 async def test_serve_broker_lets_a_session_task_keyboard_interrupt_out_unwrapped() -> None:
-    async def interrupt(*, task_status: trio.TaskStatus[None]) -> None:
+    async def interrupt(*, task_status: trio.TaskStatus[None]) -> None:  # noqa: ASYNC114
         task_status.started()
         await trio.lowlevel.checkpoint()
         raise KeyboardInterrupt
@@ -196,7 +196,7 @@ async def test_serve_acp_lets_the_connection_error_out_unwrapped() -> None:
 
 def test_collapse_keeps_groups_of_several() -> None:
     group = ExceptionGroup("two", [ValueError("a"), KeyError("b")])
-    with pytest.raises(ExceptionGroup) as info, collapse_single():
+    with pytest.raises(ExceptionGroup) as info, collapse_single():  # noqa: ASYNC401 (identity)
         raise group
     assert info.value is group
     inner = BaseExceptionGroup("the body's own", [KeyboardInterrupt()])
