@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import trio
+
 from .._errors import BrokerError
 from . import _texts
 from ._call import ToolResult
@@ -38,4 +40,5 @@ async def ask_or_refuse(broker: Broker, req: ApprovalRequest) -> Decision | Tool
         # ValueError: the agent belongs to another broker (a composition mistake) — still a
         # question that could not be put, so it fails closed like the others.
         log.warning("approval for tool %r could not be put: %s", req.tool_name, exc)
+        await trio.lowlevel.checkpoint()
         return ToolResult.error(_texts.ask_failed(req.tool_name, exc))
