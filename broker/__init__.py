@@ -25,6 +25,7 @@ from ._errors import AuditAppendError as AuditAppendError
 from ._errors import AuditInvariantError as AuditInvariantError
 from ._errors import BrokerClosedError as BrokerClosedError
 from ._errors import BrokerError as BrokerError
+from ._errors import ResumeError as ResumeError
 from ._errors import SessionClosedError as SessionClosedError
 from ._errors import SessionCrashedError as SessionCrashedError
 from ._errors import TurnError as TurnError
@@ -50,6 +51,7 @@ from ._vocabulary import Outcome as Outcome
 from ._vocabulary import Policy as Policy
 from .store._memory import MemoryStore as MemoryStore
 from .store._protocol import EventStore as EventStore
+from .store._protocol import SessionRecord as SessionRecord
 from .store._protocol import StoreError as StoreError
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -18,7 +18,7 @@ from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle, run_waterfall
 from ._collapse import collapse_single
 from ._decision import Decision
-from ._errors import BrokerClosedError, SessionClosedError, TurnError
+from ._errors import BrokerClosedError, ResumeError, SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, ApprovalGrant, ApprovalPolicy, Event
 from ._flight import Flight, Withdrawal
 from ._ids import new_id
@@ -97,17 +97,35 @@ class Broker:
         """The sessions currently open (or closing), in opening order."""
         return tuple(self._sessions.values())
 
-    async def start_session(self, parent: Session | None = None) -> Session:
+    async def start_session(
+        self, parent: Session | None = None, *, resume: str | None = None
+    ) -> Session:
         """Open a session whose actor lives in the broker's nursery until it is closed.
+
+        ``resume=SESSION_ID`` reopens a session the store holds instead of minting a new one:
+        the same id and parent link, its policy override, grants and delegation pin restored
+        from the store's projection (checkpoint plus tail), no turn open, new events continuing
+        its log (and its hash chain). It raises :class:`ResumeError`, appending nothing, for an
+        id the store does not hold, a session already open in this broker, or one whose log
+        still has an open turn or undecided questions (it was not closed cleanly and has not
+        been recovered). Its parent, if open in this broker, is linked as ``session.parent``
+        (grants then flow from it); ``session.parent_id`` always names it.
 
         Close it with :meth:`Session.aclose`, or let the broker close it at shutdown.
         Cancellation: if cancelled before the actor started, no session is open (the store may
-        have recorded its id).
+        have recorded a new session's id).
         """
         if self._closing:
             raise BrokerClosedError(
                 "broker is shutting down: cannot open a session; open a new broker"
             )
+        if resume is not None:
+            if parent is not None:
+                raise ValueError(
+                    "parent must not be given with resume: a resumed session keeps the parent "
+                    "its store records; pass resume=ID alone"
+                )
+            return await self._resume(resume)
         if parent is not None:
             self._check_session(parent, "parent")
         session = Session(id=str(uuid.uuid4()), parent=parent, broker=self)
@@ -116,13 +134,60 @@ class Broker:
         self._sessions[session.id] = session
         return session
 
+    async def _resume(self, session_id: object) -> Session:
+        if not isinstance(session_id, str) or not session_id:
+            raise TypeError(
+                f"resume must be a session id string, got {session_id!r}: pass the id of a "
+                "session this broker's store holds"
+            )
+        where = _describe_store(self.store)
+        if session_id in self._sessions:
+            raise ResumeError(
+                f"session {session_id!r} is already open in this broker: use its Session "
+                "object, or close it before resuming it"
+            )
+        record = await self.store.lookup(session_id)
+        if record is None:
+            raise ResumeError(
+                f"session {session_id!r} is not in {where}: pass the id of a session it holds "
+                "(broker log show STORE lists them)"
+            )
+        state = await self.store.load_state(session_id)
+        if state.turn_open or state.pending:
+            raise ResumeError(
+                f"session {session_id!r} in {where} has an open turn or undecided questions: it "
+                "was not closed cleanly and has not been recovered; reopen the store (recovery "
+                "runs at open) and resume it then"
+            )
+        if session_id in self._sessions:  # opened meanwhile by another task of this broker
+            raise ResumeError(
+                f"session {session_id!r} is already open in this broker: use its Session "
+                "object, or close it before resuming it"
+            )
+        live_parent = self._sessions.get(record.parent_id) if record.parent_id else None
+        session = Session(
+            id=session_id,
+            parent=live_parent if live_parent is not None and live_parent.is_open else None,
+            broker=self,
+            delegated=state.delegated,
+            parent_id=record.parent_id,
+        )
+        session._restore(state)
+        await self._nursery.start(session._run)
+        self._sessions[session.id] = session
+        return session
+
     @asynccontextmanager
-    async def open_session(self, parent: Session | None = None) -> AsyncIterator[Session]:
+    async def open_session(
+        self, parent: Session | None = None, *, resume: str | None = None
+    ) -> AsyncIterator[Session]:
         """``async with broker.open_session() as session:`` — closed when the block exits.
 
-        Cancellation: the close at the end is shielded and bounded (see :meth:`Session.aclose`).
+        ``resume=SESSION_ID`` reopens a stored session (see :meth:`start_session`). The block's
+        own exception leaves as itself. Cancellation: the close at the end is shielded and
+        bounded (see :meth:`Session.aclose`).
         """
-        session = await self.start_session(parent)
+        session = await self.start_session(parent, resume=resume)
         try:
             yield session
         finally:
@@ -500,6 +565,11 @@ class Broker:
 async def _watch_event(event: trio.Event, flight: Flight) -> None:
     await event.wait()
     flight.withdraw(Withdrawal.ABORTED, "the trio.Event was set")
+
+
+def _describe_store(store: EventStore) -> str:
+    path = getattr(store, "path", None)
+    return f"store file '{path}'" if isinstance(path, str) else f"the store {store!r}"
 
 
 def _settled_by(cause: Withdrawal) -> Outcome:

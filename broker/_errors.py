@@ -7,6 +7,7 @@ __all__ = [
     "AuditInvariantError",
     "BrokerClosedError",
     "BrokerError",
+    "ResumeError",
     "SessionClosedError",
     "SessionCrashedError",
     "TurnError",
@@ -42,3 +43,7 @@ class AuditInvariantError(AuditAppendError):
 
     The message names the rule (as ``broker log verify`` does). Nothing was appended.
     """
+
+
+class ResumeError(BrokerError):
+    """A stored session cannot be resumed: unknown, already open here, or not recovered."""

@@ -33,7 +33,9 @@ class ApprovalState:
     ``policy`` and ``sandbox_mode`` are the session's overrides (``None``: the composition's
     default); ``turn`` is the number of the last turn started (0 before any); ``turn_open``
     whether it is still open; ``pending`` the ids of questions asked but not yet decided (a crash
-    tail after a restart); ``events`` how many events were folded (for checkpoint bookkeeping).
+    tail after a restart); ``delegated`` whether a delegation seeded the policy (``source:
+    "delegation"``), so a resumed child is still told it is one; ``events`` how many events
+    were folded (for checkpoint bookkeeping).
     """
 
     policy: Policy | None = None
@@ -42,6 +44,7 @@ class ApprovalState:
     turn_open: bool = False
     grants: frozenset[str] = frozenset()
     pending: frozenset[str] = frozenset()
+    delegated: bool = False
     events: int = 0
 
 
@@ -50,7 +53,7 @@ def fold(state: ApprovalState, event: Event) -> ApprovalState:
     # Direct construction instead of attrs.evolve: this runs twice per question, on the hot path.
     policy, sandbox_mode = state.policy, state.sandbox_mode
     turn, turn_open = state.turn, state.turn_open
-    grants, pending = state.grants, state.pending
+    grants, pending, delegated = state.grants, state.pending, state.delegated
     if isinstance(event, ApprovalAsked):
         pending = pending | {event.id}
     elif isinstance(event, ApprovalDecided):
@@ -61,6 +64,7 @@ def fold(state: ApprovalState, event: Event) -> ApprovalState:
         turn_open = False
     elif isinstance(event, ApprovalPolicy):
         policy = event.policy
+        delegated = delegated or event.source == "delegation"
     elif isinstance(event, ApprovalGrant):
         grants = grants | {event.tool_name}
     elif isinstance(event, SandboxModeSet):
@@ -72,6 +76,7 @@ def fold(state: ApprovalState, event: Event) -> ApprovalState:
         turn_open=turn_open,
         grants=grants,
         pending=pending,
+        delegated=delegated,
         events=state.events + 1,
     )
 

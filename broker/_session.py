@@ -100,6 +100,8 @@ class Session:
     parent: Session | None
     _broker: Broker
     delegated: bool = False
+    #: The parent's id as the store records it (also when the parent is not open here).
+    parent_id: str | None = attrs.field(default=None)
     agent: Agent = attrs.field(init=False)
     _state: ApprovalState = attrs.field(factory=ApprovalState, init=False)
     _status: _Status = attrs.field(default=_Status.OPEN, init=False)
@@ -128,6 +130,8 @@ class Session:
     )
 
     def __attrs_post_init__(self) -> None:
+        if self.parent is not None and self.parent_id is None:
+            self.parent_id = self.parent.id
         self.agent = Agent(self)
         # A store that acknowledges synchronously (in memory) is appended to without a
         # scheduling pass; a durable store is awaited.
@@ -136,6 +140,10 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<Session {self.id} {self._status.value}>"
+
+    def _restore(self, state: ApprovalState) -> None:
+        """Start from a stored projection (resume); before the actor runs, so nothing races."""
+        self._state = state
 
     # -- read-only views ------------------------------------------------------------------
 

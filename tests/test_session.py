@@ -23,6 +23,7 @@ from broker import (
     Session,
     SessionClosedError,
     SessionCrashedError,
+    SessionRecord,
     TurnEnd,
     TurnError,
     open_broker,
@@ -355,6 +356,9 @@ class AsyncOnlyStore:
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
         self.appends += 1
         await self.inner.append(session_id, events)
+
+    async def lookup(self, session_id: str) -> SessionRecord | None:
+        return await self.inner.lookup(session_id)
 
     async def load_state(self, session_id: str) -> ApprovalState:
         return await self.inner.load_state(session_id)

@@ -13,7 +13,7 @@ from ..store._protocol import StoreError
 if TYPE_CHECKING:
     from .._events import Event
     from .._projection import ApprovalState
-    from ..store._protocol import EventStore
+    from ..store._protocol import EventStore, SessionRecord
 
 __all__ = ["FaultyStore", "SyncFaultyStore"]
 
@@ -71,6 +71,10 @@ class FaultyStore:
         self._check(events)
         await self.inner.append(session_id, events)
         self._landed(events)
+
+    async def lookup(self, session_id: str) -> SessionRecord | None:
+        """As the inner store. Cancellation: safe."""
+        return await self.inner.lookup(session_id)
 
     async def load_state(self, session_id: str) -> ApprovalState:
         """As the inner store. Cancellation: safe."""

@@ -9,7 +9,7 @@ import attrs
 import trio
 
 from .._projection import ApprovalState, fold_all
-from ._protocol import StoreError
+from ._protocol import SessionRecord, StoreError
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -48,6 +48,14 @@ class MemoryStore:
         if self.fail_appends is not None:
             raise StoreError(self.fail_appends)
         self._logs.setdefault(session_id, []).extend(events)
+
+    async def lookup(self, session_id: str) -> SessionRecord | None:
+        """The record of *session_id*, or None. Cancellation: safe."""
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+        if session_id not in self._logs:
+            return None
+        return SessionRecord(session_id=session_id, parent_id=self._parents.get(session_id))
 
     async def load_state(self, session_id: str) -> ApprovalState:
         """Fold *session_id*'s whole log. Cancellation: safe."""

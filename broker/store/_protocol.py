@@ -10,15 +10,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+import attrs
+
 if TYPE_CHECKING:
     from .._events import Event
     from .._projection import ApprovalState
 
-__all__ = ["EventStore", "StoreError"]
+__all__ = ["EventStore", "SessionRecord", "StoreError"]
 
 
 class StoreError(Exception):
     """An append or read could not be completed; nothing about it was acknowledged."""
+
+
+@attrs.frozen(kw_only=True)
+class SessionRecord:
+    """What a store knows of a session besides its events: its id and its parent's id."""
+
+    session_id: str
+    parent_id: str | None
 
 
 class EventStore(Protocol):
@@ -46,6 +56,13 @@ class EventStore(Protocol):
     # Optional: a store that can acknowledge synchronously may also define
     # ``append_nowait(session_id, events) -> None`` with the same contract as :meth:`append`;
     # session actors then append without a scheduling pass.
+
+    async def lookup(self, session_id: str) -> SessionRecord | None:
+        """The record of *session_id*, or None when the store does not hold it.
+
+        Used to resume a session. Cancellation: safe; nothing is changed.
+        """
+        ...
 
     async def load_state(self, session_id: str) -> ApprovalState:
         """The folded projection of *session_id*'s log (a store may start from a checkpoint).

@@ -26,6 +26,8 @@ import trio
 from .._codec import EventDecodeError, decode_event, encode_event
 from .._collapse import collapse_single
 from .._events import Event
+from ._protocol import SessionRecord
+from ._sqlite_reader import open_sqlite_reader
 from ._sqlite_writer import (
     AppendRequest,
     CreateRequest,
@@ -153,6 +155,18 @@ class SqliteStore:
             ImportRequest(session_id=session_id, parent_id=parent_id, events=frozen, lines=lines)
         )
 
+    async def lookup(self, session_id: str) -> SessionRecord | None:
+        """The record of *session_id* (its parent id), or None when the file does not hold it.
+
+        Read through a read-only connection on a worker thread (WAL readers never block the
+        writer). Cancellation: safe; nothing is changed.
+        """
+        self._check_open()
+        if session_id not in self._writer.session_ids():
+            await trio.lowlevel.checkpoint()
+            return None
+        return await trio.to_thread.run_sync(_read_record, self.path, session_id)
+
     async def load_state(self, session_id: str) -> ApprovalState:
         """The projection of *session_id*'s committed log (empty for an unknown session).
 
@@ -196,6 +210,12 @@ class SqliteStore:
     def _check_open(self) -> None:
         if self._closed:
             raise self._writer.closed_error()
+
+
+def _read_record(path: str, session_id: str) -> SessionRecord | None:
+    with open_sqlite_reader(path) as reader:
+        info = reader.session(session_id)
+    return None if info is None else SessionRecord(session_id=session_id, parent_id=info.parent_id)
 
 
 def _check_options(synchronous: str, checkpoint_every: int, inbox_size: int) -> None:

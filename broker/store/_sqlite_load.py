@@ -7,6 +7,7 @@ The hash chain is *not* re-verified here (that is O(events)); ``broker log verif
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import attrs
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     import sqlite3
 
 __all__ = ["SessionHead", "load_heads", "load_session", "pending_in_log_order"]
+
+log = logging.getLogger("broker.store")
 
 
 @attrs.frozen(kw_only=True)
@@ -55,17 +58,27 @@ def load_session(
     checkpoint_seq = 0
     if checkpoint is not None:
         checkpoint_seq, text = checkpoint
+        problem: str | None = None
         try:
             state = decode_state(text)
         except CheckpointDecodeError as exc:
-            raise _damaged(path, session_id, f"has an unreadable checkpoint ({exc})") from exc
-        if state.events != checkpoint_seq or checkpoint_seq > head_seq:
-            raise _damaged(
+            problem = f"is unreadable ({exc})"
+        else:
+            if state.events != checkpoint_seq or checkpoint_seq > head_seq:
+                problem = (
+                    f"does not fit its log (folds {state.events} events, head is seq {head_seq})"
+                )
+        if problem is not None:
+            # The events are authoritative and the checkpoint only a cache: rebuild from them.
+            log.warning(
+                "store file '%s': session %r: the checkpoint at seq %d %s; rebuilding the "
+                "session's projection from its events",
                 path,
                 session_id,
-                f"has a checkpoint at seq {checkpoint_seq} that does not fit its log "
-                f"(folds {state.events} events, head is seq {head_seq})",
+                checkpoint_seq,
+                problem,
             )
+            state, checkpoint_seq = ApprovalState(), 0
     last_seq, last_hash = checkpoint_seq, None
     rows = conn.execute(
         "SELECT seq, line, hash FROM events WHERE session_id = ? AND seq > ? ORDER BY seq",
