@@ -115,6 +115,9 @@ class Session:
     _settled: trio.Event | None = attrs.field(default=None, init=False)
     _finished: trio.Event | None = attrs.field(default=None, init=False)
     _done: bool = attrs.field(default=False, init=False)
+    _loop_scope: trio.CancelScope = attrs.field(
+        factory=lambda: trio.CancelScope(shield=True), init=False
+    )
     # True while a turn is being left: its questions settle and new ones are refused.
     _turn_ending: bool = attrs.field(default=False, init=False)
     # Answerers scoped to this session's agent, sorted by registration order.
@@ -260,11 +263,36 @@ class Session:
         Cancellation: as :meth:`trio.Nursery.start`.
         """
         nursery = self._require_nursery()
-        return await nursery.start(async_fn, *args)
+        return await nursery.start(self._supervise_started, async_fn, *args)
 
     def start_soon(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Start *async_fn* in the session's nursery, like :meth:`trio.Nursery.start_soon`."""
-        self._require_nursery().start_soon(async_fn, *args)
+        self._require_nursery().start_soon(self._supervise, async_fn, *args)
+
+    async def _supervise(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        try:
+            await async_fn(*args)
+        except BaseException as exc:
+            self._task_failed(exc)
+            raise
+
+    async def _supervise_started(  # noqa: ASYNC114, ASYNC128 (async_fn calls started())
+        self,
+        async_fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            await async_fn(*args, task_status=task_status)
+        except BaseException as exc:
+            self._task_failed(exc)
+            raise
+
+    def _task_failed(self, exc: BaseException) -> None:
+        # The log loop is shielded from cancellation around the session; a failing task of its
+        # own must still end it, or the session nursery (and the crash) would wait forever.
+        if not is_cancellation(exc):
+            self.halt(f"a task of session {self.id} failed: {type(exc).__name__}")
 
     async def start_answerer(self, fn: AnswerFn, *, prepend: bool = False) -> AnswererHandle:
         """Register *fn* for this session's agent, held by a task in the session's nursery.
@@ -305,7 +333,12 @@ class Session:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     task_status.started()
-                    await self._serve_log()
+                    # Invariant: the log loop ends when its inbox closes (teardown step 4), or
+                    # when its owner halts it — never because a scope around the broker was
+                    # cancelled, since the teardown that follows still appends through it
+                    # (pending decisions, the turn's end).
+                    with self._loop_scope:
+                        await self._serve_log()
                     nursery.cancel_scope.cancel(reason=f"session {self.id} closed")
         except Exception as exc:
             # Containment: a crash of this session's loop or of a task in its nursery ends this
@@ -547,7 +580,16 @@ class Session:
                 self._send.close()
             with trio.move_on_after(self._broker.settle_grace):
                 await self._wait_done()
+            if not self._done:
+                # The store did not finish in time: halt the loop; what it had not committed
+                # fails closed and stays for recovery.
+                self.halt(f"session {self.id} did not close within settle_grace")
+                await self._wait_done()
         await trio.lowlevel.checkpoint()
+
+    def halt(self, reason: str) -> None:
+        """Stop the session's log loop now (sync). Used by teardown when waiting ran out."""
+        self._loop_scope.cancel(reason=reason)
 
     async def wait_closed(self) -> None:
         """Wait until the session's actor has finished. Cancellation: just stops waiting."""

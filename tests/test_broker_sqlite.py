@@ -99,3 +99,37 @@ async def test_a_store_path_in_a_missing_directory_fails_at_open(tmp_path: pathl
     with pytest.raises(StoreOpenError, match=r"missing"):
         async with open_broker(store=tmp_path / "missing" / "log.sqlite"):
             raise AssertionError("must not start")
+
+
+async def test_a_cancelled_scope_around_the_broker_still_pairs_its_questions(
+    tmp_path: pathlib.Path,
+) -> None:
+    """What SIGINT does to the CLI: the broker's teardown must still reach the durable log."""
+    path = tmp_path / "log.sqlite"
+
+    async def hang(_r: ApprovalRequest, _n: AnswerNext) -> Outcome:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    with trio.fail_after(20), trio.CancelScope() as outer:
+        async with open_broker(store=path) as broker:
+            session = await broker.start_session()
+            asked = trio.Event()
+
+            async def hang_and_tell(r: ApprovalRequest, n: AnswerNext) -> Outcome:
+                asked.set()  # the answerer runs only once the asked is durable
+                return await hang(r, n)
+
+            async with broker.answerer(hang_and_tell), session.turn():
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(
+                        broker.request, ApprovalRequest(agent=session.agent, tool_name="bash")
+                    )
+                    await asked.wait()
+                    outer.cancel(reason="as a signal would")
+                    await trio.sleep_forever()
+    assert outer.cancelled_caught
+    logged = lines(path, session.id)
+    assert logged[-2].endswith('"outcome":"cancelled"}}')
+    assert logged[-1] == '{"type":"turn/end","data":{"turn":1,"reason":{"kind":"cancelled"}}}'
+    verify_store(path)

@@ -25,6 +25,7 @@ from ..acp._jsonrpc import Direction, Frame, JsonRpcConnection
 from ..agent._scripted import ScenarioError
 from ..hooks._settings import HookSettingsError
 from ..tools._sandbox import SandboxUnavailableError
+from ._signals import run_until_signalled
 
 if TYPE_CHECKING:
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     except (CompositionError, ScenarioError, HookSettingsError) as exc:
         print(f"broker acp: {exc}", file=sys.stderr)
         return 2
-    return trio.run(_serve, composition, args.trace_frames)
+    return trio.run(run_until_signalled, "acp", _serve, composition, args.trace_frames)
 
 
 def _default_store() -> pathlib.Path:

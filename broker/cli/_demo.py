@@ -21,6 +21,7 @@ from ..agent import AgentLoop, LoopObserver, Scenario, ScriptedModel
 from ..scenarios import scenario_path
 from ..store import open_sqlite_reader
 from ..tools import BashTool, BubblewrapExecutor, SandboxUnavailableError, ToolRuntime
+from ._signals import run_until_signalled
 from ._terminal import TerminalAnswerer
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             workspace = args.workspace
         workspace.mkdir(parents=True, exist_ok=True)
         store = args.store or pathlib.Path(tmp) / "sessions.sqlite"
-        return trio.run(_demo, fixed, workspace.resolve(), store)
+        return trio.run(run_until_signalled, "demo", _demo, fixed, workspace.resolve(), store)
 
 
 class _Printer(LoopObserver):
