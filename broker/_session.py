@@ -585,7 +585,9 @@ class Session:
                 # fails closed and stays for recovery.
                 self.halt(f"session {self.id} did not close within settle_grace")
                 await self._wait_done()
-        await trio.lowlevel.checkpoint()
+        # A schedule point that never raises Cancelled: this runs in ``finally`` blocks while
+        # the body's own exception propagates, and a Cancelled here would replace it.
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     def halt(self, reason: str) -> None:
         """Stop the session's log loop now (sync). Used by teardown when waiting ran out."""

@@ -239,3 +239,25 @@ def test_a_failing_assertion_inside_open_broker_fails_its_test(tmp_path: pathlib
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed" in done.stdout
     assert "this assertion must fail the test" in done.stdout
+
+
+# -- the body's error also survives a cancellation that is pending when it is raised ----------
+
+
+@pytest.mark.parametrize("where", ["open_broker", "open_session", "turn", "sqlite"])
+async def test_the_error_survives_a_pending_cancellation(
+    where: str, tmp_path: pathlib.Path
+) -> None:
+    error = ValueError("boom")
+    store: Any = tmp_path / "log.sqlite" if where == "sqlite" else None
+    with trio.fail_after(10), trio.CancelScope() as outer:
+        with raises_itself(error):
+            async with open_broker(store=store) as broker:
+                async with broker.open_session() as session:
+                    if where == "turn":
+                        async with session.turn():
+                            outer.cancel()
+                            raise error
+                    outer.cancel()
+                    raise error
+    assert not outer.cancelled_caught

@@ -279,7 +279,8 @@ class AcpAgent:
                 for acp in self.sessions.values():
                     nursery.start_soon(acp.session.aclose)
         self.sessions.clear()
-        await trio.lowlevel.checkpoint()
+        # Never raises Cancelled: serve_acp calls this in ``finally`` (see Session.aclose).
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
 
 async def serve_acp(
