@@ -510,13 +510,15 @@ def test_method_names_are_the_schemas() -> None:
             SessionNotification,
             {"sessionId": "s", "update": {"sessionUpdate": "plan", "entries": []}},
             "malformed SessionNotification: sessionUpdate 'plan' is not a known session update:"
-            " expected one of agent_message_chunk, tool_call, tool_call_update @ $.update",
+            " expected one of agent_message_chunk, tool_call, tool_call_update, "
+            "user_message_chunk @ $.update",
         ),
         (
             SessionNotification,
             {"sessionId": "s", "update": {"content": {"type": "text", "text": "x"}}},
             "malformed SessionNotification: session update has no 'sessionUpdate': expected one"
-            " of agent_message_chunk, tool_call, tool_call_update @ $.update",
+            " of agent_message_chunk, tool_call, tool_call_update, user_message_chunk"
+            " @ $.update",
         ),
         (
             PromptRequest,

@@ -1,4 +1,5 @@
-"""The ACP agent side (v1): ``initialize``, ``session/new``, ``session/prompt``, ``session/cancel``.
+"""The ACP agent side (v1): ``initialize``, ``session/new``, ``session/load``, ``session/prompt``,
+``session/cancel``.
 
 Each ACP session is a broker session actor. Its :class:`AcpAnswerer` lives in that actor's
 nursery (``session.start_answerer``), scoped to that session's agent; the connection's session
@@ -19,6 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import pathlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -26,6 +28,8 @@ import trio
 
 from .. import __version__
 from .._collapse import collapse_single
+from .._errors import ResumeError
+from .._events import AgentMessage, Event, ToolCalled, ToolResulted, UserMessage
 from .._signal import AbortSignal
 from ..agent._loop import LoopObserver, StopReason
 from ._answerer import AcpAnswerer
@@ -39,6 +43,8 @@ from ._wire import (
     Implementation,
     InitializeRequest,
     InitializeResponse,
+    LoadSessionRequest,
+    LoadSessionResponse,
     NewSessionRequest,
     NewSessionResponse,
     PromptRequest,
@@ -52,6 +58,7 @@ from ._wire import (
     ToolCallStatus,
     ToolCallUpdate,
     ToolKind,
+    UserMessageChunk,
     from_wire,
     params_from_wire,
     to_wire,
@@ -113,30 +120,48 @@ class _Updates(LoopObserver):
         await self._send(AgentMessageChunk(content=TextContent(text=text)))
 
     async def on_tool_call(self, call: RuntimeToolCall) -> None:
-        command = call.arguments.get("command")
-        title = command if call.name == "bash" and isinstance(command, str) else call.name
-        await self._send(
-            ToolCall(
-                tool_call_id=call.id,
-                title=title,
-                kind=ToolKind.EXECUTE if call.name == "bash" else ToolKind.OTHER,
-                status=ToolCallStatus.PENDING,
-                raw_input=call.arguments,
-            )
-        )
+        await self._send(_tool_call(call.id, call.name, call.arguments))
 
     async def on_tool_result(self, call: RuntimeToolCall, result: ToolResult) -> None:
-        await self._send(
-            ToolCallUpdate(
-                tool_call_id=call.id,
-                status=(
-                    ToolCallStatus.FAILED
-                    if result.is_error or result.failed
-                    else ToolCallStatus.COMPLETED
-                ),
-                content=(ToolCallContentBlock(content=TextContent(text=result.output)),),
-            )
-        )
+        await self._send(_tool_result(call.id, result.output, result.is_error or result.failed))
+
+
+def _tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> ToolCall:
+    command = arguments.get("command")
+    title = command if name == "bash" and isinstance(command, str) else name
+    return ToolCall(
+        tool_call_id=call_id,
+        title=title,
+        kind=ToolKind.EXECUTE if name == "bash" else ToolKind.OTHER,
+        status=ToolCallStatus.PENDING,
+        raw_input=arguments,
+    )
+
+
+def _tool_result(call_id: str, output: str, failed: bool) -> ToolCallUpdate:
+    return ToolCallUpdate(
+        tool_call_id=call_id,
+        status=ToolCallStatus.FAILED if failed else ToolCallStatus.COMPLETED,
+        content=(ToolCallContentBlock(content=TextContent(text=output)),),
+    )
+
+
+def _replayed(event: Event) -> SessionUpdate | None:
+    """The ``session/update`` that shows *event* again when a session is loaded, if any.
+
+    Sourced user messages (policy-switch notices) were for the model, not typed by the user:
+    they are not replayed. Approval and turn events are audit records, not conversation.
+    """
+    if isinstance(event, UserMessage):
+        return None if event.source else UserMessageChunk(content=TextContent(text=event.text))
+    if isinstance(event, AgentMessage):
+        return AgentMessageChunk(content=TextContent(text=event.text))
+    if isinstance(event, ToolCalled):
+        return _tool_call(event.call_id, event.tool_name, event.input)
+    if isinstance(event, ToolResulted):
+        # A failed command without a tool error is not recorded apart: is_error is what is kept.
+        return _tool_result(event.call_id, event.output, event.is_error)
+    return None
 
 
 @attrs.define(eq=False)
@@ -153,6 +178,7 @@ class AcpAgent:
         """Register the handlers on the connection (before it serves)."""
         self.connection.on_request(AcpMethod.INITIALIZE, self._initialize)
         self.connection.on_request(AcpMethod.SESSION_NEW, self._new_session)
+        self.connection.on_request(AcpMethod.SESSION_LOAD, self._load_session)
         self.connection.on_request(
             AcpMethod.SESSION_PROMPT, self._prompt, on_receive=self._prompt_arrived
         )
@@ -166,7 +192,7 @@ class AcpAgent:
         return to_wire(
             InitializeResponse(
                 protocol_version=PROTOCOL_VERSION,
-                agent_capabilities=AgentCapabilities(),
+                agent_capabilities=AgentCapabilities(load_session=True),
                 auth_methods=(),
                 agent_info=Implementation(name="broker", version=__version__),
             )
@@ -174,22 +200,36 @@ class AcpAgent:
 
     async def _new_session(self, params: Any) -> Any:
         request = params_from_wire(NewSessionRequest, params)
-        workspace = pathlib.Path(request.cwd)
-        try:
-            usable = workspace.is_absolute() and await trio.Path(workspace).is_dir()
-        except (OSError, ValueError):  # a name too long, a NUL byte, no permission
-            usable = False
-        if not usable:
-            raise JsonRpcError(
-                ErrorCode.INVALID_PARAMS,
-                f"invalid params: cwd must be an absolute path to an existing directory, got "
-                f"{request.cwd!r}",
-            )
-        if request.mcp_servers:
-            log.warning(
-                "session/new: %d MCP servers ignored (not supported)", len(request.mcp_servers)
-            )
+        workspace = await _workspace(request.cwd)
+        _ignore_mcp("session/new", request.mcp_servers)
         session = await self.broker.start_session()
+        await self._attach(session, workspace)
+        return to_wire(NewSessionResponse(session_id=session.id))
+
+    async def _load_session(self, params: Any) -> Any:
+        """``session/load``: resume a stored session by id and replay its conversation.
+
+        The history goes to the client as ``session/update`` notifications, in log order,
+        before the (empty) result, as the ACP spec asks. An id the store does not hold, or a
+        session open already, is invalid params naming the id.
+        """
+        request = params_from_wire(LoadSessionRequest, params)
+        workspace = await _workspace(request.cwd)
+        _ignore_mcp("session/load", request.mcp_servers)
+        try:
+            session = await self.broker.start_session(resume=request.session_id)
+        except ResumeError as exc:
+            raise JsonRpcError(ErrorCode.INVALID_PARAMS, f"invalid params: {exc}") from exc
+        await self._attach(session, workspace)
+        for event in await self.broker.store.read(session.id):
+            update = _replayed(event)
+            if update is not None:
+                notification = SessionNotification(session_id=session.id, update=update)
+                await self.connection.notify(AcpMethod.SESSION_UPDATE, to_wire(notification))
+        return to_wire(LoadSessionResponse())
+
+    async def _attach(self, session: Session, workspace: pathlib.Path) -> None:
+        """Give *session* its loop and its ACP answerer, and put it in this connection's map."""
         loop = self.composition.build_loop(
             broker=self.broker,
             session=session,
@@ -207,7 +247,6 @@ class AcpAgent:
         )
         await session.start_answerer(answerer)
         self.sessions[session.id] = _AcpSession(session=session, loop=loop)
-        return to_wire(NewSessionResponse(session_id=session.id))
 
     def _prompt_arrived(self, params: Any) -> None:
         # Runs inline in the reader, in wire order with session/cancel (see _AcpSession).
@@ -281,6 +320,26 @@ class AcpAgent:
         self.sessions.clear()
         # Never raises Cancelled: serve_acp calls this in ``finally`` (see Session.aclose).
         await trio.lowlevel.cancel_shielded_checkpoint()
+
+
+async def _workspace(cwd: str) -> pathlib.Path:
+    workspace = pathlib.Path(cwd)
+    await trio.lowlevel.checkpoint()
+    try:
+        usable = workspace.is_absolute() and await trio.Path(workspace).is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte, no permission
+        usable = False
+    if not usable:
+        raise JsonRpcError(
+            ErrorCode.INVALID_PARAMS,
+            f"invalid params: cwd must be an absolute path to an existing directory, got {cwd!r}",
+        )
+    return workspace
+
+
+def _ignore_mcp(method: str, servers: Sequence[object]) -> None:
+    if servers:
+        log.warning("%s: %d MCP servers ignored (not supported)", method, len(servers))
 
 
 async def serve_acp(

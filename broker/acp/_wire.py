@@ -97,6 +97,7 @@ class AcpMethod(enum.StrEnum):
 
     INITIALIZE = "initialize"
     SESSION_NEW = "session/new"
+    SESSION_LOAD = "session/load"
     SESSION_PROMPT = "session/prompt"
     SESSION_CANCEL = "session/cancel"
     SESSION_UPDATE = "session/update"
@@ -260,6 +261,14 @@ class ToolCallLocation:
 
 
 @attrs.frozen(kw_only=True)
+class UserMessageChunk:
+    """Update ``user_message_chunk``: a piece of the user's prompt (replayed by session/load)."""
+
+    content: ContentBlock
+    message_id: Str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class AgentMessageChunk:
     """Update ``agent_message_chunk``: a piece of the agent's reply."""
 
@@ -299,7 +308,7 @@ class ToolCallUpdate:
     raw_output: Any = None
 
 
-SessionUpdate: TypeAlias = AgentMessageChunk | ToolCall | ToolCallUpdate
+SessionUpdate: TypeAlias = UserMessageChunk | AgentMessageChunk | ToolCall | ToolCallUpdate
 
 
 @attrs.frozen(kw_only=True)
@@ -502,6 +511,21 @@ class NewSessionResponse:
 
 
 @attrs.frozen(kw_only=True)
+class LoadSessionRequest:
+    """Params of ``session/load``: reattach to a stored session (advertised by ``loadSession``)."""
+
+    session_id: Str
+    cwd: Str
+    mcp_servers: Seq[McpServer]
+    additional_directories: Seq[Str] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class LoadSessionResponse:
+    """Result of ``session/load``, sent after the history was replayed; ``{}`` here."""
+
+
+@attrs.frozen(kw_only=True)
 class PromptRequest:
     """Params of ``session/prompt``."""
 
@@ -615,6 +639,7 @@ _register_union(
     "session update",
     "sessionUpdate",
     {
+        "user_message_chunk": UserMessageChunk,
         "agent_message_chunk": AgentMessageChunk,
         "tool_call": ToolCall,
         "tool_call_update": ToolCallUpdate,
@@ -642,6 +667,7 @@ for _cls in (
     ToolCallDiff,
     ToolCallTerminal,
     ToolCallLocation,
+    UserMessageChunk,
     AgentMessageChunk,
     ToolCall,
     ToolCallUpdate,
@@ -667,6 +693,8 @@ for _cls in (
     McpServerSse,
     NewSessionRequest,
     NewSessionResponse,
+    LoadSessionRequest,
+    LoadSessionResponse,
     PromptRequest,
     PromptResponse,
     CancelNotification,
