@@ -198,3 +198,29 @@ def test_a_signal_to_broker_acp_settles_the_pending_question(
     assert f"broker acp: {signal.Signals(signum).name} received" in err
     _assert_settled(store)
     assert not (workspace / "escalated.txt").exists()
+
+
+def test_a_crashed_broker_acp_exits_non_zero(tmp_path: pathlib.Path) -> None:
+    # The frame trace cannot be written (a full disk): the error must surface, not exit 0.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-m",
+            "broker.cli",
+            "acp",
+            "--store",
+            ":memory:",
+            "--trace-frames",
+            "/dev/full",
+        ],
+        input='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0, done.stderr
+    assert "No space left on device" in done.stderr
+    assert "ExceptionGroup" not in done.stderr

@@ -15,6 +15,8 @@ from typing import TypeVarTuple, Unpack
 
 import trio
 
+from .._collapse import collapse_single
+
 __all__ = ["run_until_signalled"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -31,7 +33,7 @@ async def run_until_signalled(
     """
     caught: list[int] = []
     status = 0
-    with trio.open_signal_receiver(*_SIGNALS) as signals:
+    with trio.open_signal_receiver(*_SIGNALS) as signals, collapse_single():
         async with trio.open_nursery() as nursery:
 
             async def watch() -> None:
