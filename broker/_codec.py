@@ -17,6 +17,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 
+from ._errors import BrokerError
 from ._events import (
     AgentMessage,
     ApprovalAsked,
@@ -50,7 +51,7 @@ converter = make_converter(forbid_extra_keys=True)
 _EVENT_TYPES: dict[str, type[Event]] = {}
 
 
-class EventDecodeError(ValueError):
+class EventDecodeError(BrokerError, ValueError):
     """A log line or record is not a well-formed event of a known type."""
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from ._errors import BrokerError
 from ._vocabulary import Delegation, Policy, parse_policy
 from .agent._loop import AgentLoop, LoopObserver
 from .agent._scripted import Scenario, ScriptedModel
@@ -48,7 +49,7 @@ _KEYS = {
 }
 
 
-class CompositionError(ValueError):
+class CompositionError(BrokerError, ValueError):
     """A composition setting is invalid; the message names the setting and the fix."""
 
 

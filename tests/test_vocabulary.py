@@ -30,3 +30,27 @@ def test_parse_policy_accepts_the_closed_list() -> None:
 def test_parse_policy_refuses_everything_else(value: object, error: type[Exception]) -> None:
     with pytest.raises(error, match=r'^approval policy must be one of "ask" or "never"$'):
         parse_policy(value)
+
+
+def test_the_public_api_is_explicit_and_every_error_is_a_broker_error() -> None:
+    import inspect
+
+    import broker
+    from broker.acp import JsonRpcError
+    from broker.store import StoreError
+
+    assert "annotations" not in broker.__all__
+    assert "store" not in broker.__all__
+    assert all(hasattr(broker, name) for name in broker.__all__)
+    errors = [
+        obj
+        for module in (broker, broker.store, broker.acp)
+        for obj in vars(module).values()
+        if inspect.isclass(obj) and issubclass(obj, Exception)
+    ]
+    assert errors
+    assert all(issubclass(cls, broker.BrokerError) for cls in errors), [
+        cls.__name__ for cls in errors if not issubclass(cls, broker.BrokerError)
+    ]
+    assert issubclass(StoreError, broker.BrokerError)
+    assert issubclass(JsonRpcError, broker.BrokerError)

@@ -28,13 +28,14 @@ import cattrs
 import trio
 
 from .._codec import converter, register_wire_type
+from .._errors import BrokerError
 from ..tools._call import ToolCall
 from ._model import ModelRequest, ModelResponse
 
 __all__ = ["Scenario", "ScenarioError", "ScriptedModel", "ScriptedStep", "ScriptedToolCall"]
 
 
-class ScenarioError(ValueError):
+class ScenarioError(BrokerError, ValueError):
     """A scenario file cannot be read or does not have the scenario shape."""
 
 

@@ -24,6 +24,7 @@ import cattrs
 
 from .. import _projection
 from .._codec import converter, register_wire_type
+from .._errors import BrokerError
 from .._projection import ApprovalState
 
 __all__ = ["PROJECTION_FINGERPRINT", "CheckpointDecodeError", "decode_state", "encode_state"]
@@ -41,7 +42,7 @@ def _fingerprint() -> str:
 PROJECTION_FINGERPRINT = _fingerprint()
 
 
-class CheckpointDecodeError(ValueError):
+class CheckpointDecodeError(BrokerError, ValueError):
     """A stored checkpoint is not a well-formed :class:`ApprovalState`."""
 
 

@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from .._codec import EventDecodeError, decode_event, encode_event
+from .._errors import BrokerError
 from .._events import ApprovalAsked, ApprovalDecided
 from .._projection import ApprovalState, fold
 from ._chain import GENESIS, chain_hash
@@ -67,7 +68,7 @@ __all__ = [
 INDEX_FILE = "index.json"
 
 
-class LogToolError(Exception):
+class LogToolError(BrokerError):
     """A log tool could not do what was asked (unknown session, unreadable file, ...)."""
 
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
+from .._errors import BrokerError
+
 if TYPE_CHECKING:
     from .._events import Event
     from .._projection import ApprovalState
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["EventStore", "SessionRecord", "StoreError"]
 
 
-class StoreError(Exception):
+class StoreError(BrokerError):
     """An append or read could not be completed; nothing about it was acknowledged."""
 
 
