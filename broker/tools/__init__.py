@@ -14,6 +14,9 @@ from ._runtime import Gate as Gate
 from ._runtime import GateNext as GateNext
 from ._runtime import Tool as Tool
 from ._runtime import ToolRuntime as ToolRuntime
+from ._cgroup import Bounds as Bounds
+from ._environment import EnvironmentPolicy as EnvironmentPolicy
+from ._sandbox import DEFAULT_PROTECTED_PATHS as DEFAULT_PROTECTED_PATHS
 from ._sandbox import ESCALATION_HINT as ESCALATION_HINT
 from ._sandbox import BubblewrapExecutor as BubblewrapExecutor
 from ._sandbox import CommandLimits as CommandLimits
