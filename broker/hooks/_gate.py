@@ -26,11 +26,17 @@ class HookGate:
     No matching hook, or hooks with no opinion, delegate to the next gate; an explicit
     ``allow`` claims the decision; ``deny``/``ask`` (and every hook failure, which denies) stop
     the waterfall. An ``ask`` becomes an approval question whose logged reason is the hooks'
-    joined reasons.
+    joined reasons. Construction pins hook scripts inside *cwd* (raises
+    :class:`HookSettingsError` for one that does not exist).
     """
 
     bridge: HookBridge
     cwd: pathlib.Path
+
+    def __attrs_post_init__(self) -> None:
+        # Load time for this workspace: hook scripts inside it are pinned by content now, so
+        # a command that rewrites one gets the hook denied instead of run (HookSettings.pinned).
+        self.bridge.settings = self.bridge.settings.pinned(self.cwd)
 
     async def __call__(self, call: ToolCall, ctx: CallContext, next_: GateNext) -> GateDecision:
         """Evaluate the hooks for *call*. Cancellation: running hooks are killed and reaped."""

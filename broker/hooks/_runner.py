@@ -10,7 +10,9 @@ Code, *every other outcome denies*: a timeout, a signal, another exit status, ma
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -19,10 +21,14 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 import trio
 
+from .._display import printable
+from ..tools._cgroup import Bounds
+
 if TYPE_CHECKING:
     import pathlib
     from collections.abc import Mapping
 
+    from ..tools._cgroup import CommandCgroup
     from ._settings import CommandHook
 
 __all__ = ["OUTPUT_CAP", "Decision", "HookVerdict", "run_hook"]
@@ -30,7 +36,11 @@ __all__ = ["OUTPUT_CAP", "Decision", "HookVerdict", "run_hook"]
 OUTPUT_CAP = 64 * 1024
 """Bytes kept of a hook's stdout and of its stderr; the rest is read and dropped."""
 
+log = logging.getLogger("broker.hooks")
+
 _SHOWN_COMMAND = 60
+_REAP_GRACE = 5.0
+_POLL_INTERVAL = 0.002
 _SHOWN_STDERR_LINE = 200
 
 Decision = Literal["allow", "deny", "ask"]
@@ -51,8 +61,8 @@ class _Malformed(Exception):
 
 
 def _shown_command(command: str) -> str:
-    """*command* on one line, cut to about 60 characters, for failure reasons."""
-    flat = " ".join(command.split())
+    """*command* on one line, cut to about 60 characters, control characters escaped."""
+    flat = printable(" ".join(command.split()))
     return flat if len(flat) <= _SHOWN_COMMAND else flat[: _SHOWN_COMMAND - 1] + "…"
 
 
@@ -114,6 +124,25 @@ async def _wait_exited(process: trio.Process) -> None:
         os.close(pidfd)
 
 
+@functools.cache
+def _bounds() -> Bounds:
+    """Where hook cgroups can be made on this machine (detected once, on first use)."""
+    bounds = Bounds.detect()
+    if bounds.contain_parent is None:
+        log.warning(
+            "no writable cgroup: PreToolUse hooks run in their own process group only, so a "
+            "hook process that calls setsid can outlive its hook"
+        )
+    return bounds
+
+
+async def _empty_cgroup(cgroup: CommandCgroup) -> None:
+    """Kill everything in *cgroup* until it is empty, then remove it (bounded; shield it)."""
+    with trio.move_on_after(_REAP_GRACE):  # noqa: ASYNC912 (shielded cleanup)
+        while not (cgroup.kill() and cgroup.remove()):  # noqa: ASYNC110 (kernel state)
+            await trio.sleep(_POLL_INTERVAL)
+
+
 async def run_hook(
     hook: CommandHook, payload: Mapping[str, object], *, cwd: pathlib.Path
 ) -> HookVerdict:
@@ -129,9 +158,26 @@ async def run_hook(
     """
     data = json.dumps(dict(payload)).encode()
     env = {**os.environ, "CLAUDE_PROJECT_DIR": str(cwd)}
+    if (changed := hook.changed_pin()) is not None:
+        await trio.lowlevel.checkpoint()
+        return _failed(
+            hook,
+            f"was not run: {printable(changed)} changed since the settings were loaded "
+            "(sha256 mismatch); reload the settings to trust the new content",
+        )
+    # Its own cgroup holds every process the hook starts, including one that leaves the
+    # process group with setsid: killing the cgroup when the hook ends leaves nothing behind.
+    try:
+        cgroup = _bounds().contain()
+    except OSError as exc:
+        await trio.lowlevel.checkpoint()
+        return _failed(hook, f"could not be contained: cannot create its cgroup: {exc}")
+    argv = ["bash", "-c", hook.command]
+    if cgroup is not None:
+        argv = [*cgroup.join_argv(), *argv]
     try:
         process = await trio.lowlevel.open_process(
-            ["bash", "-c", hook.command],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -140,6 +186,8 @@ async def run_hook(
             start_new_session=True,
         )
     except OSError as exc:
+        if cgroup is not None:
+            cgroup.remove()
         why = (exc.strerror or type(exc).__name__).lower()
         if exc.filename is not None:
             why += f": {exc.filename}"
@@ -157,10 +205,14 @@ async def run_hook(
                 nursery.start_soon(err.drain, process.stderr)
                 await _wait_exited(process)
                 _kill_group(process.pid)  # background leftovers; also ends their hold on stdout
+                if cgroup is not None:
+                    cgroup.kill()  # and those that left the group with setsid
     finally:
         _kill_group(process.pid)
         with trio.CancelScope(shield=True):
             status = await process.wait()
+            if cgroup is not None:
+                await _empty_cgroup(cgroup)
             for stream in (process.stdin, process.stdout, process.stderr):
                 await stream.aclose()
     if deadline.cancelled_caught:

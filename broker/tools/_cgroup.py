@@ -107,6 +107,23 @@ def _v1_parent(
     return None
 
 
+def _contain_parent(mounts: _Mounts, own: dict[str, str]) -> tuple[pathlib.Path | None, bool]:
+    """Where a controller-less cgroup can be made to hold a process tree (v2 first)."""
+    for fstype, point, options in sorted(mounts, key=lambda m: m[0] != "cgroup2"):
+        if fstype == "cgroup2":
+            key = ""
+        else:
+            key = next((o for o in options if o in own), "")
+            if not key:
+                continue
+        if key not in own:
+            continue
+        parent = point / own[key].lstrip("/")
+        if _usable(parent, "cgroup.procs"):
+            return parent, fstype == "cgroup2"
+    return None, False
+
+
 @attrs.define(eq=False)
 class CommandCgroup:
     """The cgroup directories of one command (one in v2, one per controller in v1)."""
@@ -162,21 +179,37 @@ class Bounds:
     memory_parent: pathlib.Path | None = None
     prlimit: str | None = None
     root: bool = False
+    contain_parent: pathlib.Path | None = None
+    contain_v2: bool = False
 
     @classmethod
     def detect(cls) -> Bounds:
         """Look for writable cgroups (this makes and removes a probe child cgroup)."""
         mounts, own = _mounts(), _own_paths()
         root = os.geteuid() == 0
+        contain, contain_v2 = _contain_parent(mounts, own)
         v2 = _v2_parent(mounts, own)
         if v2 is not None:
-            return cls(v2_parent=v2, root=root)
+            return cls(v2_parent=v2, root=root, contain_parent=contain, contain_v2=contain_v2)
         return cls(
             pids_parent=_v1_parent(mounts, own, "pids", "pids.max"),
             memory_parent=_v1_parent(mounts, own, "memory", "memory.limit_in_bytes"),
             prlimit=shutil.which("prlimit"),
             root=root,
+            contain_parent=contain,
+            contain_v2=contain_v2,
         )
+
+    def contain(self) -> CommandCgroup | None:
+        """A fresh cgroup with no limits, only to hold (and later kill) a process tree.
+
+        None when no cgroup can be made here. Raises ``OSError`` if making it fails.
+        """
+        if self.contain_parent is None:
+            return None
+        directory = self.contain_parent / f"broker-hook-{os.getpid()}-{next(_counter)}"
+        directory.mkdir()
+        return CommandCgroup(directories=(directory,), v2=self.contain_v2)
 
     @property
     def limits_processes(self) -> bool:
