@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 from typing import TYPE_CHECKING, Literal
@@ -127,13 +128,44 @@ async def _wait_exited(process: trio.Process) -> None:
 @functools.cache
 def _bounds() -> Bounds:
     """Where hook cgroups can be made on this machine (detected once, on first use)."""
-    bounds = Bounds.detect()
-    if bounds.contain_parent is None:
+    return Bounds.detect()
+
+
+_pid_namespace: list[list[str]] = []  # [argv prefix] once detected; [] before
+
+
+async def _pid_namespace_prefix() -> list[str]:
+    """``unshare`` into a new PID namespace (and user namespace when not root), or ``[]``.
+
+    The fallback where no cgroup can be made: the hook's shell is then the namespace's init,
+    and when it exits the kernel kills everything left in the namespace. Detected once.
+    """
+    if _pid_namespace:
+        await trio.lowlevel.checkpoint()
+        return _pid_namespace[0]
+    prefix: list[str] = []
+    unshare = shutil.which("unshare")
+    if unshare is not None:
+        user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
+        candidate = [unshare, *user, "--pid", "--fork", "--kill-child", "--"]
+        with trio.move_on_after(_REAP_GRACE):
+            done = await trio.run_process(
+                [*candidate, "true"],
+                check=False,
+                stdin=subprocess.DEVNULL,
+                capture_stdout=True,
+                capture_stderr=True,
+            )
+            if done.returncode == 0:
+                prefix = candidate
+    if not prefix:
         log.warning(
-            "no writable cgroup: PreToolUse hooks run in their own process group only, so a "
-            "hook process that calls setsid can outlive its hook"
+            "no writable cgroup and no usable PID namespace (unshare): PreToolUse hooks run "
+            "in their own process group only, so a hook process that calls setsid can "
+            "outlive its hook"
         )
-    return bounds
+    _pid_namespace.append(prefix)
+    return prefix
 
 
 async def _empty_cgroup(cgroup: CommandCgroup) -> None:
@@ -175,6 +207,8 @@ async def run_hook(
     argv = ["bash", "-c", hook.command]
     if cgroup is not None:
         argv = [*cgroup.join_argv(), *argv]
+    else:
+        argv = [*await _pid_namespace_prefix(), *argv]
     try:
         process = await trio.lowlevel.open_process(
             argv,

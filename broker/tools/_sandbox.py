@@ -13,11 +13,9 @@ import json
 import os
 import pathlib
 import re
-import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from typing import TYPE_CHECKING
 
@@ -670,42 +668,29 @@ async def _run_plain(
 
 
 # Run inside a real sandbox by probe(): every property the confinement rests on, checked by
-# trying it. Prints one JSON list of what did not hold.
+# trying it, with bash and coreutils only (the host's python may not be reachable by the
+# sandbox's uid). Prints one line per property that does not hold, then the sentinel, so an
+# empty output (a "sandbox" that ran nothing) is not mistaken for success. Nothing here
+# changes the host even where a check fails: ": >>" opens for writing and writes nothing.
+_PROBE_SENTINEL = "broker-probe-done"
 _PROBE_SCRIPT = r"""
-import ctypes, json, os, socket, stat
-bad = []
-if os.getuid() == 0 or os.geteuid() == 0:
-    bad.append("the command runs as uid 0")
-caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff:")]
-if caps != ["0000000000000000"]:
-    bad.append("the command keeps capabilities (CapEff %s)" % (caps or ["unknown"])[0])
-libc = ctypes.CDLL(None, use_errno=True)
-MS_REMOUNT, MS_BIND = 32, 4096
-if libc.mount(None, b"/", None, MS_REMOUNT | MS_BIND, None) == 0:
-    bad.append("a remount of / succeeds")
-try:
-    with open("/proc/sys/kernel/core_pattern", "w") as f:
-        pass
-    bad.append("/proc/sys is writable")
-except OSError:
-    pass
-path = "/dev/shm/setuid-probe"
-open(path, "w").close()
-try:
-    os.chmod(path, 0o4755)
-except PermissionError:
-    pass
-if os.stat(path).st_mode & (stat.S_ISUID | stat.S_ISGID):
-    bad.append("a setuid bit can be set")
-for d in ("/run", "/var/run"):
-    if os.path.isdir(d) and os.listdir(d):
-        bad.append("%s is visible" % d)
-try:
-    os.unshare(os.CLONE_NEWUSER)
-    bad.append("a nested user namespace can be created")
-except (OSError, AttributeError):
-    pass
-print(json.dumps(bad))
+[ "$(id -u)" != 0 ] || echo "the command runs as uid 0"
+cap=$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status)
+[ "$cap" = 0000000000000000 ] || echo "the command keeps capabilities (CapEff $cap)"
+if command -v mount >/dev/null; then
+    mount -o remount,bind,rw / 2>/dev/null && echo "a remount of / succeeds"
+fi
+( : >> /proc/sys/kernel/core_pattern ) 2>/dev/null && echo "/proc/sys is writable"
+f=/dev/shm/setuid-probe
+: > "$f" && chmod 6755 "$f" 2>/dev/null
+{ [ -u "$f" ] || [ -g "$f" ]; } && echo "a setuid bit can be set"
+for d in /run /var/run; do
+    [ -z "$(ls -A "$d" 2>/dev/null)" ] || echo "$d is visible"
+done
+if command -v unshare >/dev/null; then
+    unshare -U true 2>/dev/null && echo "a nested user namespace can be created"
+fi
+echo broker-probe-done
 """
 
 
@@ -759,9 +744,8 @@ class BubblewrapExecutor:
             environment=environment or EnvironmentPolicy(),
             protected_paths=protected_paths,
         )
-        python = sys.executable
         result = await executor.run(
-            f"{shlex.quote(python)} -I -c {shlex.quote(_PROBE_SCRIPT)}",
+            _PROBE_SCRIPT,
             mode=SandboxMode.READ_ONLY,
             workspace=pathlib.Path(tempfile.gettempdir()),
             limits=_PROBE_LIMITS,
@@ -785,14 +769,12 @@ class BubblewrapExecutor:
                 "kernel.apparmor_restrict_unprivileged_userns=0), install bubblewrap 0.8 or "
                 "newer, or choose danger-full-access mode"
             )
-        try:
-            failures = json.loads(result.stdout)
-        except ValueError:
-            failures = [f"the probe printed {result.stdout.strip()[:80]!r}"]
-        if not isinstance(failures, list) or failures:
+        lines = result.stdout.splitlines()
+        failures = lines[:-1] if lines[-1:] == [_PROBE_SENTINEL] else lines or ["it ran nothing"]
+        if failures or lines[-1:] != [_PROBE_SENTINEL]:
             raise SandboxUnavailableError(
                 f"bubblewrap at {path!r} does not confine commands on this machine: "
-                f"{'; '.join(map(str, failures if isinstance(failures, list) else [failures]))}: "
+                f"{'; '.join(failures)}: "
                 "refusing to offer a sandbox that only looks confined; fix the host "
                 "(bubblewrap 0.8 or newer, user namespaces, seccomp) or choose "
                 "danger-full-access mode"
