@@ -254,7 +254,7 @@ def test_matchers_see_claude_code_tool_names_too(matcher: str, matches: bool) ->
 
 
 def test_problems_are_not_part_of_equality() -> None:
-    obj = {"hooks": {"PreToolUse": [], "Stopp": []}}
+    obj: dict[str, object] = {"hooks": {"PreToolUse": [], "Stopp": []}}
     loaded = HookSettings.from_json(obj, source="s.json")
     assert loaded == HookSettings()
     assert loaded.check() == (
