@@ -140,8 +140,8 @@ async def _pid_namespace_prefix() -> list[str]:
     The fallback where no cgroup can be made: the hook's shell is then the namespace's init,
     and when it exits the kernel kills everything left in the namespace. Detected once.
     """
+    await trio.lowlevel.checkpoint()
     if _pid_namespace:
-        await trio.lowlevel.checkpoint()
         return _pid_namespace[0]
     prefix: list[str] = []
     unshare = shutil.which("unshare")
@@ -170,6 +170,7 @@ async def _pid_namespace_prefix() -> list[str]:
 
 async def _empty_cgroup(cgroup: CommandCgroup) -> None:
     """Kill everything in *cgroup* until it is empty, then remove it (bounded; shield it)."""
+    await trio.lowlevel.checkpoint()
     with trio.move_on_after(_REAP_GRACE):  # noqa: ASYNC912 (shielded cleanup)
         while not (cgroup.kill() and cgroup.remove()):  # noqa: ASYNC110 (kernel state)
             await trio.sleep(_POLL_INTERVAL)
