@@ -287,3 +287,17 @@ def test_pinned_hashes_workspace_scripts_and_skips_shell_syntax(tmp_path: pathli
     assert first.changed_pin() == str(script.resolve())
     script.unlink()
     assert first.changed_pin() == str(script.resolve())
+
+
+def test_pinning_happens_once_per_loaded_settings_and_workspace(tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "guard.sh"
+    script.write_text("exit 0\n")
+    obj: dict[str, object] = {
+        "hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": "bash guard.sh"}]}]}
+    }
+    loaded = HookSettings.from_json(obj, source="s.json")
+    first = loaded.pinned(tmp_path)
+    script.write_text("exit 1\n")  # as an earlier session could have
+    again = loaded.pinned(tmp_path)  # a later session's gate over the same loaded file
+    assert again is first
+    assert again.pre_tool_use[0].hooks[0].changed_pin() == str(script.resolve())

@@ -190,6 +190,12 @@ class HookSettings:
     source: str = attrs.field(default="settings", eq=False)
     problems: tuple[str, ...] = attrs.field(default=(), eq=False)
     """What the file asks for that is not run (unknown events, hook types), found at load."""
+    # workspace -> these settings pinned there, the first time it was asked: every session
+    # built from one loaded file keeps the hashes of the first pinning (load time), so a
+    # script changed by an earlier session is not re-trusted by the next one.
+    _pinned: dict[pathlib.Path, HookSettings] = attrs.field(
+        factory=dict, eq=False, init=False, repr=False
+    )
 
     def check(self, tools: Iterable[str] = PROJECT_TOOLS) -> tuple[str, ...]:
         """Every way this file would run fewer hooks than it says; empty when none.
@@ -213,11 +219,14 @@ class HookSettings:
         """These settings with every workspace file a hook command runs pinned by sha256.
 
         A command token that names a file inside *workspace* (relative to it, absolute, or
-        through ``$CLAUDE_PROJECT_DIR``) is hashed now; the hook is denied, not run, if that
-        file changes later. A token naming a path inside the workspace that does not exist
+        through ``$CLAUDE_PROJECT_DIR``) is hashed the first time this is called for
+        *workspace* on these settings (later calls return that same pinning); the hook is
+        denied, not run, if that file changes afterwards. A token naming a path inside the workspace that does not exist
         raises :class:`HookSettingsError` (the model could create it).
         """
         root = pathlib.Path(workspace).resolve()
+        if (known := self._pinned.get(root)) is not None:
+            return known
         groups = []
         for i, group in enumerate(self.pre_tool_use):
             hooks = []
@@ -225,7 +234,10 @@ class HookSettings:
                 where = f"{self.source}: hooks.PreToolUse[{i}].hooks[{j}].command"
                 hooks.append(attrs.evolve(hook, pins=_pins(hook.command, root, where)))
             groups.append(attrs.evolve(group, hooks=tuple(hooks)))
-        return attrs.evolve(self, pre_tool_use=tuple(groups))
+        pinned = attrs.evolve(self, pre_tool_use=tuple(groups))
+        self._pinned[root] = pinned
+        pinned._pinned[root] = pinned
+        return pinned
 
     def hooks_for(self, tool_name: str) -> tuple[CommandHook, ...]:
         """The command hooks that apply to *tool_name*, in configuration order.
