@@ -221,8 +221,9 @@ class HookSettings:
         A command token that names a file inside *workspace* (relative to it, absolute, or
         through ``$CLAUDE_PROJECT_DIR``) is hashed the first time this is called for
         *workspace* on these settings (later calls return that same pinning); the hook is
-        denied, not run, if that file changes afterwards. A token naming a path inside the workspace that does not exist
-        raises :class:`HookSettingsError` (the model could create it).
+        denied, not run, if that file changes afterwards. A token naming a path inside the
+        workspace that does not exist raises :class:`HookSettingsError` (the model could
+        create it).
         """
         root = pathlib.Path(workspace).resolve()
         if (known := self._pinned.get(root)) is not None:
