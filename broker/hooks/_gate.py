@@ -9,6 +9,7 @@ import attrs
 
 from ..tools._gate import Allow
 from ._bridge import HookBridge, HookCall
+from ._settings import claude_code_name
 
 if TYPE_CHECKING:
     from ..tools._call import CallContext, ToolCall
@@ -45,7 +46,9 @@ class HookGate:
             HookCall(
                 session_id=session_id,
                 cwd=self.cwd,
-                tool_name=call.name,
+                # Claude Code's name (Bash): hook scripts written for Claude Code test
+                # `.tool_name == "Bash"`, and would wave "bash" through (fail open).
+                tool_name=claude_code_name(call.name),
                 tool_input=call.arguments,
                 tool_use_id=call.id,
             )

@@ -38,6 +38,7 @@ __all__ = [
     "HookMatcher",
     "HookSettings",
     "HookSettingsError",
+    "claude_code_name",
 ]
 
 log = logging.getLogger("broker.hooks")
@@ -58,6 +59,14 @@ CLAUDE_CODE_TOOLS: dict[str, str] = {
     "task": "Task",
 }
 """This project's tool name -> Claude Code's name for the same tool; matchers see both."""
+
+_OUR_NAMES = {claude: ours for ours, claude in CLAUDE_CODE_TOOLS.items()}
+
+
+def claude_code_name(tool_name: str) -> str:
+    """Claude Code's name for *tool_name* (``bash`` -> ``Bash``); unknown names unchanged."""
+    return CLAUDE_CODE_TOOLS.get(tool_name, tool_name)
+
 
 PROJECT_TOOLS: tuple[str, ...] = ("bash",)
 """The tools this project registers; a matcher that matches none of them is reported."""
@@ -176,9 +185,7 @@ class HookMatcher:
         if self.matcher in _MATCH_ALL:
             return True
         assert self.matcher is not None
-        names = [tool_name]
-        if (alias := CLAUDE_CODE_TOOLS.get(tool_name)) is not None:
-            names.append(alias)
+        names = {tool_name, claude_code_name(tool_name), _OUR_NAMES.get(tool_name, tool_name)}
         return any(re.fullmatch(self.matcher, name) is not None for name in names)
 
 

@@ -232,3 +232,23 @@ async def test_the_terminal_prompt_shows_controls_and_bidi_visibly(
     for char in "\u202e\u2066\u2069\u200e\u200f\u061c\u200b":
         assert char not in shown
     assert "\\x1b" in shown or "\\u202e" in shown or "\\u2066" in shown
+
+
+async def test_a_claude_code_script_that_checks_tool_name_still_denies(
+    sandbox: BubblewrapExecutor, workspace: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    # The common shape of a Claude Code guard: act only when tool_name is "Bash".
+    script = tmp_path / "guard.py"
+    script.write_text(
+        "import json, sys\n"
+        "event = json.load(sys.stdin)\n"
+        "if event['tool_name'] == 'Bash' and 'rm' in event['tool_input']['command']:\n"
+        "    print('no rm', file=sys.stderr); sys.exit(2)\n"
+    )
+    command = f"python3 {script}"
+    settings = HookSettings.from_file(settings_file(tmp_path, pre_tool_use("Bash", command)))
+    (workspace / "keep").write_text("x")
+    with trio.fail_after(BOUND):
+        result = await run_bash(sandbox, workspace, settings, "rm keep")
+    assert result.output == "Error: no rm"
+    assert (workspace / "keep").exists()
