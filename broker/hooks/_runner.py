@@ -133,6 +133,12 @@ def _bounds() -> Bounds:
 
 _pid_namespace: list[list[str]] = []  # [argv prefix] once detected; [] before
 
+# The PID namespace's init: the hook's shell must not be pid 1 itself (init ignores signals
+# sent from inside its namespace, so a hook's `kill -9 $$` would be a no-op). It keeps the
+# hook's stdin (an asynchronous command would get /dev/null) and exits with the hook's
+# status, 128+N for a signal.
+_PIDNS_INIT = 'exec 3<&0; "$@" <&3 3<&- & wait $!'
+
 
 async def _pid_namespace_prefix() -> list[str]:
     """``unshare`` into a new PID namespace (and user namespace when not root), or ``[]``.
@@ -147,7 +153,10 @@ async def _pid_namespace_prefix() -> list[str]:
     unshare = shutil.which("unshare")
     if unshare is not None:
         user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
-        candidate = [unshare, *user, "--pid", "--fork", "--kill-child", "--"]
+        candidate = [
+            *(unshare, *user, "--pid", "--fork", "--kill-child", "--"),
+            *("/bin/sh", "-c", _PIDNS_INIT, "sh"),
+        ]
         with trio.move_on_after(_REAP_GRACE):
             done = await trio.run_process(
                 [*candidate, "true"],
@@ -206,10 +215,13 @@ async def run_hook(
         await trio.lowlevel.checkpoint()
         return _failed(hook, f"could not be contained: cannot create its cgroup: {exc}")
     argv = ["bash", "-c", hook.command]
+    in_pid_namespace = False
     if cgroup is not None:
         argv = [*cgroup.join_argv(), *argv]
     else:
-        argv = [*await _pid_namespace_prefix(), *argv]
+        prefix = await _pid_namespace_prefix()
+        in_pid_namespace = bool(prefix)
+        argv = [*prefix, *argv]
     try:
         process = await trio.lowlevel.open_process(
             argv,
@@ -252,6 +264,8 @@ async def run_hook(
                 await stream.aclose()
     if deadline.cancelled_caught:
         return _failed(hook, f"timed out after {hook.timeout:g}s")
+    if in_pid_namespace and 128 < status <= 128 + 64:
+        status = 128 - status  # the init reports a signal as 128+N, as shells do
     return _interpret(hook, status, out, err)
 
 
