@@ -185,7 +185,13 @@ async def test_hooks_run_concurrently(tmp_path: pathlib.Path) -> None:
 
 async def test_cancellation_kills_and_reaps_every_hook(tmp_path: pathlib.Path) -> None:
     script = tmp_path / "hang.sh"
-    script.write_text('echo $$ > "$1.pid"; sleep 30 & echo $! > "$1.child"; wait\n')
+    # Host pids read from /proc/self ($$ and $! are namespace-local in the PID-namespace
+    # fallback used where no cgroup can be made).
+    script.write_text(
+        'read -r p _ < /proc/self/stat; echo $p > "$1.pid"\n'
+        'sh -c \'read -r p _ < /proc/self/stat; echo $p > "$0.child"; exec sleep 30\' "$1" &\n'
+        "wait\n"
+    )
     bridge = _bridge({"hooks": [_cmd("bash ./hang.sh a"), _cmd("bash ./hang.sh b")]})
     with trio.fail_after(15):
         start = trio.current_time()

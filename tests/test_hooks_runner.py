@@ -179,10 +179,11 @@ async def test_timeout_denies_and_kills_the_process_group(hooks_dir: pathlib.Pat
     script = _write(
         hooks_dir,
         "slow.sh",
+        # Host pids, read from /proc/self by the process itself: inside the PID namespace
+        # fallback (no cgroup) $$ and $! are namespace-local numbers.
         """
-        echo $$ > shell.pid
-        sleep 30 &
-        echo $! > child.pid
+        read -r pid _ < /proc/self/stat; echo $pid > shell.pid
+        sh -c 'read -r pid _ < /proc/self/stat; echo $pid > child.pid; exec sleep 30' &
         sleep 30
         """,
     )
@@ -200,8 +201,8 @@ async def test_leftover_background_processes_are_killed(hooks_dir: pathlib.Path)
         hooks_dir,
         "bg.sh",
         """
-        sleep 30 &
-        echo $! > child.pid
+        sh -c 'read -r pid _ < /proc/self/stat; echo $pid > child.pid; exec sleep 30' &
+        while [ ! -s child.pid ]; do sleep 0.01; done
         exit 0
         """,
     )

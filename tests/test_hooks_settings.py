@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import TYPE_CHECKING
@@ -238,3 +239,65 @@ def test_direct_construction_is_checked_too() -> None:
         r'escape special characters, or use "\*" to match every tool$',
     ):
         HookMatcher(matcher="[", hooks=())
+
+
+# --- issue 10: Claude Code names, load-time problems, pinned workspace scripts -------------
+
+
+@pytest.mark.parametrize(
+    ("matcher", "matches"),
+    [("Bash", True), ("bash", True), ("Bash|Edit", True), ("B.*", True), ("Read", False)],
+)
+def test_matchers_see_claude_code_tool_names_too(matcher: str, matches: bool) -> None:
+    group = HookMatcher(matcher=matcher, hooks=())
+    assert group.matches("bash") is matches
+
+
+def test_problems_are_not_part_of_equality() -> None:
+    obj: dict[str, object] = {"hooks": {"PreToolUse": [], "Stopp": []}}
+    loaded = HookSettings.from_json(obj, source="s.json")
+    assert loaded == HookSettings()
+    assert loaded.check() == (
+        's.json: hooks.Stopp is not a hook event, so its hooks never run; did you mean "Stop"?',
+    )
+
+
+def test_pinned_hashes_workspace_scripts_and_skips_shell_syntax(tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "guard.sh"
+    script.write_text("exit 0\n")
+    obj = {
+        "hooks": {
+            "PreToolUse": [
+                {
+                    "hooks": [
+                        {"type": "command", "command": "bash guard.sh 2>/dev/null | cat -"},
+                        {"type": "command", "command": "/bin/true --flag=$HOME/x"},
+                    ]
+                }
+            ]
+        }
+    }
+    pinned = HookSettings.from_json(obj, source="s.json").pinned(tmp_path)
+    first, second = pinned.pre_tool_use[0].hooks
+    digest = hashlib.sha256(b"exit 0\n").hexdigest()
+    assert first.pins == ((str(script.resolve()), digest),)
+    assert second.pins == ()
+    assert first.changed_pin() is None
+    script.write_text("exit 1\n")
+    assert first.changed_pin() == str(script.resolve())
+    script.unlink()
+    assert first.changed_pin() == str(script.resolve())
+
+
+def test_pinning_happens_once_per_loaded_settings_and_workspace(tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "guard.sh"
+    script.write_text("exit 0\n")
+    obj: dict[str, object] = {
+        "hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": "bash guard.sh"}]}]}
+    }
+    loaded = HookSettings.from_json(obj, source="s.json")
+    first = loaded.pinned(tmp_path)
+    script.write_text("exit 1\n")  # as an earlier session could have
+    again = loaded.pinned(tmp_path)  # a later session's gate over the same loaded file
+    assert again is first
+    assert again.pre_tool_use[0].hooks[0].changed_pin() == str(script.resolve())

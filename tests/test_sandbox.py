@@ -443,6 +443,19 @@ async def test_plain_leftovers_die_with_the_command(tmp_path: pathlib.Path) -> N
     assert live_processes_mentioning(token) == []
 
 
+async def test_plain_setsid_leftovers_die_with_the_commands_cgroup(tmp_path: pathlib.Path) -> None:
+    executor = PlainExecutor()
+    if executor.bounds.v2_parent is None and executor.bounds.pids_parent is None:
+        pytest.skip(f"no command cgroup here: {executor.bounds.describe()}")
+    token = unique_sleep()
+    with trio.fail_after(BOUND):
+        result = await executor.run(
+            f"setsid sleep {token} >/dev/null 2>&1 < /dev/null &", mode=DFA, workspace=tmp_path
+        )
+    assert result.exit_code == 0
+    assert live_processes_mentioning(token) == []
+
+
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 async def test_output_limit_keeps_a_prefix_and_drains(
     sandbox: BubblewrapExecutor, tmp_path: pathlib.Path, stream: str

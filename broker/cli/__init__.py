@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _acp, _chaos, _demo, _log
+from . import _acp, _chaos, _demo, _hooks, _log
 
 __all__ = ["main"]
 
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     _acp.register(sub)
     _chaos.register(sub)
     _log.register(sub)
+    _hooks.register(sub)
     return parser
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
+from .._display import printable
 from .._events import (
     ApprovalAsked,
     ApprovalDecided,
@@ -215,7 +216,7 @@ def format_timeline(timeline: Timeline, out: TextIO) -> None:
     for entry in timeline.entries:
         print(
             f"{entry.seq:>6}  {_clock(entry.ts_ms):<12}  "
-            f"{'+' + _seconds(entry.ts_ms - start):>9}  {_describe(entry)}",
+            f"{'+' + _seconds(entry.ts_ms - start):>9}  {printable(_describe(entry))}",
             file=out,
         )
 

@@ -9,6 +9,7 @@ import attrs
 import trio
 
 from .. import Outcome
+from .._display import printable
 
 if TYPE_CHECKING:
     from .. import AnswerNext, ApprovalRequest
@@ -35,12 +36,15 @@ class TerminalAnswerer:
 
     async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome:
         """Ask at the terminal. Cancellation: the prompt is abandoned (the question withdrew)."""
+        # Everything shown comes from the model or a hook: escaped, so a carriage return,
+        # an ANSI sequence or a bidi override cannot rewrite what the person approves.
+        call = f"  (call {printable(req.call_id)})" if req.call_id else ""
         print("\n  ┌─ approval needed")
-        print(f"  │ tool:    {req.tool_name}" + (f"  (call {req.call_id})" if req.call_id else ""))
+        print(f"  │ tool:    {printable(req.tool_name)}{call}")
         if req.display_reason:
-            print(f"  │ asks:    {req.display_reason}")
+            print(f"  │ asks:    {printable(req.display_reason)}")
         if req.reason:
-            print(f"  │ reason:  {req.reason}")
+            print(f"  │ reason:  {printable(req.reason)}")
         print("  │ choices: [a] Allow once   [r] Reject")
         if self.fixed is not None:
             await trio.lowlevel.checkpoint()

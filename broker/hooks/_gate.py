@@ -9,6 +9,7 @@ import attrs
 
 from ..tools._gate import Allow
 from ._bridge import HookBridge, HookCall
+from ._settings import claude_code_name
 
 if TYPE_CHECKING:
     from ..tools._call import CallContext, ToolCall
@@ -26,11 +27,17 @@ class HookGate:
     No matching hook, or hooks with no opinion, delegate to the next gate; an explicit
     ``allow`` claims the decision; ``deny``/``ask`` (and every hook failure, which denies) stop
     the waterfall. An ``ask`` becomes an approval question whose logged reason is the hooks'
-    joined reasons.
+    joined reasons. Construction pins hook scripts inside *cwd* (raises
+    :class:`HookSettingsError` for one that does not exist).
     """
 
     bridge: HookBridge
     cwd: pathlib.Path
+
+    def __attrs_post_init__(self) -> None:
+        # Load time for this workspace: hook scripts inside it are pinned by content now, so
+        # a command that rewrites one gets the hook denied instead of run (HookSettings.pinned).
+        self.bridge.settings = self.bridge.settings.pinned(self.cwd)
 
     async def __call__(self, call: ToolCall, ctx: CallContext, next_: GateNext) -> GateDecision:
         """Evaluate the hooks for *call*. Cancellation: running hooks are killed and reaped."""
@@ -39,7 +46,9 @@ class HookGate:
             HookCall(
                 session_id=session_id,
                 cwd=self.cwd,
-                tool_name=call.name,
+                # Claude Code's name (Bash): hook scripts written for Claude Code test
+                # `.tool_name == "Bash"`, and would wave "bash" through (fail open).
+                tool_name=claude_code_name(call.name),
                 tool_input=call.arguments,
                 tool_use_id=call.id,
             )

@@ -10,8 +10,11 @@ Code, *every other outcome denies*: a timeout, a signal, another exit status, ma
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 from typing import TYPE_CHECKING, Literal
@@ -19,10 +22,14 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 import trio
 
+from .._display import printable
+from ..tools._cgroup import Bounds
+
 if TYPE_CHECKING:
     import pathlib
     from collections.abc import Mapping
 
+    from ..tools._cgroup import CommandCgroup
     from ._settings import CommandHook
 
 __all__ = ["OUTPUT_CAP", "Decision", "HookVerdict", "run_hook"]
@@ -30,7 +37,11 @@ __all__ = ["OUTPUT_CAP", "Decision", "HookVerdict", "run_hook"]
 OUTPUT_CAP = 64 * 1024
 """Bytes kept of a hook's stdout and of its stderr; the rest is read and dropped."""
 
+log = logging.getLogger("broker.hooks")
+
 _SHOWN_COMMAND = 60
+_REAP_GRACE = 5.0
+_POLL_INTERVAL = 0.002
 _SHOWN_STDERR_LINE = 200
 
 Decision = Literal["allow", "deny", "ask"]
@@ -51,8 +62,8 @@ class _Malformed(Exception):
 
 
 def _shown_command(command: str) -> str:
-    """*command* on one line, cut to about 60 characters, for failure reasons."""
-    flat = " ".join(command.split())
+    """*command* on one line, cut to about 60 characters, control characters escaped."""
+    flat = printable(" ".join(command.split()))
     return flat if len(flat) <= _SHOWN_COMMAND else flat[: _SHOWN_COMMAND - 1] + "…"
 
 
@@ -114,6 +125,66 @@ async def _wait_exited(process: trio.Process) -> None:
         os.close(pidfd)
 
 
+@functools.cache
+def _bounds() -> Bounds:
+    """Where hook cgroups can be made on this machine (detected once, on first use)."""
+    return Bounds.detect()
+
+
+_pid_namespace: list[list[str]] = []  # [argv prefix] once detected; [] before
+
+# The PID namespace's init: the hook's shell must not be pid 1 itself (init ignores signals
+# sent from inside its namespace, so a hook's `kill -9 $$` would be a no-op). It keeps the
+# hook's stdin (an asynchronous command would get /dev/null) and exits with the hook's
+# status, 128+N for a signal.
+_PIDNS_INIT = 'exec 3<&0; "$@" <&3 3<&- & wait $!'
+
+
+async def _pid_namespace_prefix() -> list[str]:
+    """``unshare`` into a new PID namespace (and user namespace when not root), or ``[]``.
+
+    The fallback where no cgroup can be made: the hook's shell is then the namespace's init,
+    and when it exits the kernel kills everything left in the namespace. Detected once.
+    """
+    await trio.lowlevel.checkpoint()
+    if _pid_namespace:
+        return _pid_namespace[0]
+    prefix: list[str] = []
+    unshare = shutil.which("unshare")
+    if unshare is not None:
+        user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
+        candidate = [
+            *(unshare, *user, "--pid", "--fork", "--kill-child", "--"),
+            *("/bin/sh", "-c", _PIDNS_INIT, "sh"),
+        ]
+        with trio.move_on_after(_REAP_GRACE):
+            done = await trio.run_process(
+                [*candidate, "true"],
+                check=False,
+                stdin=subprocess.DEVNULL,
+                capture_stdout=True,
+                capture_stderr=True,
+            )
+            if done.returncode == 0:
+                prefix = candidate
+    if not prefix:
+        log.warning(
+            "no writable cgroup and no usable PID namespace (unshare): PreToolUse hooks run "
+            "in their own process group only, so a hook process that calls setsid can "
+            "outlive its hook"
+        )
+    _pid_namespace.append(prefix)
+    return prefix
+
+
+async def _empty_cgroup(cgroup: CommandCgroup) -> None:
+    """Kill everything in *cgroup* until it is empty, then remove it (bounded; shield it)."""
+    await trio.lowlevel.checkpoint()
+    with trio.move_on_after(_REAP_GRACE):  # noqa: ASYNC912 (shielded cleanup)
+        while not (cgroup.kill() and cgroup.remove()):  # noqa: ASYNC110 (kernel state)
+            await trio.sleep(_POLL_INTERVAL)
+
+
 async def run_hook(
     hook: CommandHook, payload: Mapping[str, object], *, cwd: pathlib.Path
 ) -> HookVerdict:
@@ -129,9 +200,31 @@ async def run_hook(
     """
     data = json.dumps(dict(payload)).encode()
     env = {**os.environ, "CLAUDE_PROJECT_DIR": str(cwd)}
+    if (changed := hook.changed_pin()) is not None:
+        await trio.lowlevel.checkpoint()
+        return _failed(
+            hook,
+            f"was not run: {printable(changed)} changed since the settings were loaded "
+            "(sha256 mismatch); reload the settings to trust the new content",
+        )
+    # Its own cgroup holds every process the hook starts, including one that leaves the
+    # process group with setsid: killing the cgroup when the hook ends leaves nothing behind.
+    try:
+        cgroup = _bounds().contain()
+    except OSError as exc:
+        await trio.lowlevel.checkpoint()
+        return _failed(hook, f"could not be contained: cannot create its cgroup: {exc}")
+    argv = ["bash", "-c", hook.command]
+    in_pid_namespace = False
+    if cgroup is not None:
+        argv = [*cgroup.join_argv(), *argv]
+    else:
+        prefix = await _pid_namespace_prefix()
+        in_pid_namespace = bool(prefix)
+        argv = [*prefix, *argv]
     try:
         process = await trio.lowlevel.open_process(
-            ["bash", "-c", hook.command],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -140,6 +233,8 @@ async def run_hook(
             start_new_session=True,
         )
     except OSError as exc:
+        if cgroup is not None:
+            cgroup.remove()
         why = (exc.strerror or type(exc).__name__).lower()
         if exc.filename is not None:
             why += f": {exc.filename}"
@@ -157,14 +252,20 @@ async def run_hook(
                 nursery.start_soon(err.drain, process.stderr)
                 await _wait_exited(process)
                 _kill_group(process.pid)  # background leftovers; also ends their hold on stdout
+                if cgroup is not None:
+                    cgroup.kill()  # and those that left the group with setsid
     finally:
         _kill_group(process.pid)
         with trio.CancelScope(shield=True):
             status = await process.wait()
+            if cgroup is not None:
+                await _empty_cgroup(cgroup)
             for stream in (process.stdin, process.stdout, process.stderr):
                 await stream.aclose()
     if deadline.cancelled_caught:
         return _failed(hook, f"timed out after {hook.timeout:g}s")
+    if in_pid_namespace and 128 < status <= 128 + 64:
+        status = 128 - status  # the init reports a signal as 128+N, as shells do
     return _interpret(hook, status, out, err)
 
 

@@ -6,6 +6,8 @@ from ._call import CallContext as CallContext
 from ._call import ToolCall as ToolCall
 from ._call import ToolResult as ToolResult
 from ._call import ToolSpec as ToolSpec
+from ._cgroup import Bounds as Bounds
+from ._environment import EnvironmentPolicy as EnvironmentPolicy
 from ._gate import Allow as Allow
 from ._gate import Ask as Ask
 from ._gate import Deny as Deny
@@ -14,6 +16,7 @@ from ._runtime import Gate as Gate
 from ._runtime import GateNext as GateNext
 from ._runtime import Tool as Tool
 from ._runtime import ToolRuntime as ToolRuntime
+from ._sandbox import DEFAULT_PROTECTED_PATHS as DEFAULT_PROTECTED_PATHS
 from ._sandbox import ESCALATION_HINT as ESCALATION_HINT
 from ._sandbox import BubblewrapExecutor as BubblewrapExecutor
 from ._sandbox import CommandLimits as CommandLimits

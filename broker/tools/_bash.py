@@ -228,6 +228,11 @@ class BashTool:
                 f"[output truncated: only the first {self.limits.output_limit} bytes of each "
                 "stream were kept]"
             )
+        if result.protected_removed:
+            parts.append(
+                f"[sandbox: removed {', '.join(result.protected_removed)}: protected paths "
+                f"cannot be created under {result.mode} mode]"
+            )
         if result.write_denied and result.mode is not SandboxMode.DANGER_FULL_ACCESS:
             parts.append(denial_marker(result.mode))
             if self.confining:

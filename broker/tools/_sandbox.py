@@ -22,10 +22,15 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ._cgroup import Bounds, CommandCgroup
+from ._environment import EnvironmentPolicy
+from ._seccomp import setuid_filter
+
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
+    "DEFAULT_PROTECTED_PATHS",
     "ESCALATION_HINT",
     "BubblewrapExecutor",
     "CommandLimits",
@@ -88,16 +93,38 @@ def _check_output_limit(_inst: object, _attr: object, value: int) -> None:
         )
 
 
+def _positive_int(name: str, example: str) -> Callable[[object, object, int], None]:
+    def check(_inst: object, _attr: object, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(
+                f"{name} must be a positive integer, got {value!r}: pass e.g. {example}"
+            )
+
+    return check
+
+
 @attrs.frozen(kw_only=True)
 class CommandLimits:
-    """Bounds for one command: wall-clock seconds, and bytes kept per output stream.
+    """Bounds for one command: wall-clock seconds, bytes kept per output stream, processes,
+    memory, and the size of each of the sandbox's RAM-backed ``/tmp`` and ``/dev/shm``.
 
     Output beyond ``output_limit`` is read and dropped (so the child never blocks on a
-    full pipe) and the result says ``output_truncated``.
+    full pipe) and the result says ``output_truncated``. ``max_processes`` and
+    ``memory_limit`` are enforced by a per-command cgroup where one can be made, else by
+    rlimits; :meth:`BubblewrapExecutor.describe_bounds` says which (design/sandbox.md).
     """
 
     time_limit: float = attrs.field(default=30.0, validator=_check_time_limit)
     output_limit: int = attrs.field(default=64 * 1024, validator=_check_output_limit)
+    max_processes: int = attrs.field(
+        default=512, validator=_positive_int("max_processes", "max_processes=512")
+    )
+    memory_limit: int = attrs.field(
+        default=2 * 1024**3, validator=_positive_int("memory_limit", "memory_limit=2**31 (bytes)")
+    )
+    tmpfs_size: int = attrs.field(
+        default=256 * 1024**2, validator=_positive_int("tmpfs_size", "tmpfs_size=2**28 (bytes)")
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -111,6 +138,7 @@ class CommandResult:
     timed_out: bool
     output_truncated: bool
     write_denied: bool
+    protected_removed: tuple[str, ...] = ()
 
 
 _DEFAULT_LIMITS = CommandLimits()
@@ -206,27 +234,130 @@ def _bwrap_missing(bwrap: str) -> SandboxUnavailableError:
     )
 
 
-def _bwrap_argv(bwrap: str, mode: SandboxMode, workspace: pathlib.Path, info_fd: int) -> list[str]:
+DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (".git", ".claude", ".codex", ".agents", ".broker")
+"""Workspace entries kept read-only in ``workspace-write`` (Codex's ``.git`` and ``.codex`` are
+the floor; ``.claude`` holds Claude Code settings and hooks; ``.broker`` this project's)."""
+
+# The sandbox's user: "nobody" inside a user namespace of its own, with no capabilities.
+_SANDBOX_ID = "65534"
+# /proc entries that change the host, not just the sandbox (Docker's read-only list).
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+# Host directories that hold Unix sockets (Docker, D-Bus, databases...): hidden behind an
+# empty read-only tmpfs. /tmp (X11 and friends) gets its own private tmpfs anyway.
+_SOCKET_DIRS = ("/run", "/var/run", "/var/lib/docker", "/var/lib/containerd")
+
+
+def _bwrap_argv(
+    bwrap: str,
+    mode: SandboxMode,
+    workspace: pathlib.Path,
+    *,
+    info_fd: int,
+    seccomp_fd: int,
+    limits: CommandLimits,
+    protected: Sequence[str] = (),
+) -> list[str]:
     """The bwrap command line for a confined mode; see design/sandbox.md."""
     ws = str(workspace)
+    size = str(limits.tmpfs_size)
+    argv = [
+        bwrap,
+        # No privilege inside: an unprivileged uid in a user namespace of its own, every
+        # capability dropped (bwrap started by root keeps them otherwise), no nested user
+        # namespaces (they would hand capabilities back inside), fresh IPC, UTS, PID,
+        # network and cgroup namespaces.
+        "--unshare-user", "--uid", _SANDBOX_ID, "--gid", _SANDBOX_ID,
+        "--disable-userns",
+        "--cap-drop", "ALL",
+        "--unshare-ipc",
+        "--unshare-uts", "--hostname", "sandbox",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-cgroup-try",
+        "--ro-bind", "/", "/",
+        # A fresh /dev, read-only except its own sized /dev/shm (device nodes stay usable:
+        # a read-only mount does not stop writes to /dev/null).
+        "--dev", "/dev",
+        "--size", size, "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
+        "--proc", "/proc",
+    ]  # fmt: skip
+    for entry in _PROC_READ_ONLY:
+        # The sandbox uid maps back to host uid 0 when root starts bwrap, so writable sysctls
+        # (core_pattern...) would change the host: bind them read-only.
+        argv += ["--ro-bind-try", f"/proc/{entry}", f"/proc/{entry}"]
+    for directory in _SOCKET_DIRS:
+        if os.path.isdir(directory) and not os.path.islink(directory):
+            argv += ["--tmpfs", directory, "--remount-ro", directory]
     # The workspace bind comes after the /tmp tmpfs so a workspace under /tmp stays
     # visible; in read-only mode it is re-bound read-only for the same reason.
     ws_bind = "--bind" if mode is SandboxMode.WORKSPACE_WRITE else "--ro-bind"
-    return [
-        bwrap,
-        "--ro-bind", "/", "/",
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--tmpfs", "/tmp",
-        ws_bind, ws, ws,
-        "--unshare-net",
-        "--unshare-pid",
+    argv += ["--size", size, "--tmpfs", "/tmp", ws_bind, ws, ws]
+    if mode is SandboxMode.WORKSPACE_WRITE:
+        for name in protected:
+            path = os.path.join(ws, name)
+            if os.path.lexists(path):
+                argv += ["--ro-bind", path, path]
+    argv += [
         "--die-with-parent",
         "--new-session",
+        "--seccomp", str(seccomp_fd),
         "--info-fd", str(info_fd),
         "--chdir", ws,
         "--",
     ]  # fmt: skip
+    return argv
+
+
+def _seccomp_memfd() -> int:
+    """A memfd holding the setuid filter, positioned at its start, for bwrap's ``--seccomp``."""
+    fd = os.memfd_create("broker-seccomp", 0)
+    try:
+        os.write(fd, setuid_filter())
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_protected(value: object) -> tuple[str, ...]:
+    items = tuple(value) if isinstance(value, tuple | list) else None
+    ok = items is not None and all(
+        isinstance(v, str) and v and "/" not in v and v not in (".", "..") for v in items
+    )
+    if not ok or items is None:
+        raise ValueError(
+            f"protected_paths must be a tuple of workspace entry names, got {value!r}: "
+            'pass e.g. (".git", ".claude")'
+        )
+    missing = [name for name in (".git", ".codex") if name not in items]
+    if missing:
+        raise ValueError(
+            f"protected_paths must include {', '.join(missing)} (the floor), got {items!r}: "
+            "add them to the tuple"
+        )
+    return tuple(str(v) for v in items)
+
+
+def _absent(workspace: pathlib.Path, names: Sequence[str]) -> list[str]:
+    return [name for name in names if not os.path.lexists(workspace / name)]
+
+
+def _remove_created(workspace: pathlib.Path, names: Sequence[str]) -> tuple[str, ...]:
+    """Remove protected entries the command created; the names that were removed."""
+    removed = []
+    for name in names:
+        path = workspace / name
+        if not os.path.lexists(path):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        removed.append(name)
+    return tuple(removed)
 
 
 class _BoundedSink:
@@ -295,8 +426,9 @@ class _ProcessTree:
     namespace is gone. So "our child exited" means "the sandbox is empty".
     """
 
-    def __init__(self, proc: trio.Process) -> None:
+    def __init__(self, proc: trio.Process, cgroup: CommandCgroup | None = None) -> None:
         self.proc = proc
+        self._cgroup = cgroup
         # Our own pidfd for the direct child lets us see it exit without reaping it, so
         # its pid (= the process group id) stays pinned while we kill the group.
         self._pidfd: int | None = None
@@ -376,6 +508,12 @@ class _ProcessTree:
             with trio.move_on_after(_KILL_GRACE):  # noqa: ASYNC912 (shielded cleanup)
                 while _group_has_live_members(self.proc.pid):  # noqa: ASYNC110 (kernel state)
                     await trio.sleep(_POLL_INTERVAL)
+            if self._cgroup is not None:
+                # The cgroup also holds what left the session (setsid) and, as a backstop,
+                # anything left of the sandbox; it can be removed once it is empty.
+                with trio.move_on_after(_KILL_GRACE):  # noqa: ASYNC912 (shielded cleanup)
+                    while not (self._cgroup.kill() and self._cgroup.remove()):  # noqa: ASYNC110 (kernel state)
+                        await trio.sleep(_POLL_INTERVAL)
         finally:
             self._finished = True
             for fd in (self._pidfd, self._init_pidfd):
@@ -398,13 +536,21 @@ async def _execute(
     cwd: pathlib.Path,
     limits: CommandLimits,
     info_fds: tuple[int, int] | None,
+    env: Mapping[str, str],
+    extra_fds: tuple[int, ...] = (),
+    cgroup: CommandCgroup | None = None,
 ) -> _Outcome:
     """Run ``argv`` to completion or the time limit; kill and reap the tree on any exit."""
-    pass_fds = () if info_fds is None else (info_fds[1],)
+    pass_fds = extra_fds if info_fds is None else (info_fds[1], *extra_fds)
+    if cgroup is not None:
+        argv = [*cgroup.join_argv(), *argv]
     try:
         proc = await trio.lowlevel.open_process(
             list(argv),
             cwd=str(cwd),
+            # bwrap's own init keeps the environment bwrap started with (readable at
+            # /proc/1/environ inside), so bwrap itself gets only the filtered one.
+            env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -416,6 +562,9 @@ async def _execute(
     except BaseException:
         if info_fds is not None:
             os.close(info_fds[0])
+        if cgroup is not None:
+            cgroup.kill()
+            cgroup.remove()
         raise
     finally:
         if info_fds is not None:
@@ -424,7 +573,7 @@ async def _execute(
     info = None if info_fds is None else trio.lowlevel.FdStream(info_fds[0])
     assert proc.stdout is not None
     assert proc.stderr is not None
-    tree = _ProcessTree(proc)
+    tree = _ProcessTree(proc, cgroup)
     out = _BoundedSink(limits.output_limit)
     err = _BoundedSink(limits.output_limit)
     try:
@@ -464,7 +613,9 @@ async def _execute(
     )
 
 
-def _result(mode: SandboxMode, outcome: _Outcome) -> CommandResult:
+def _result(
+    mode: SandboxMode, outcome: _Outcome, protected_removed: tuple[str, ...] = ()
+) -> CommandResult:
     stderr = outcome.stderr.text()
     confined = mode is not SandboxMode.DANGER_FULL_ACCESS
     return CommandResult(
@@ -474,13 +625,73 @@ def _result(mode: SandboxMode, outcome: _Outcome) -> CommandResult:
         stderr=stderr,
         timed_out=outcome.timed_out,
         output_truncated=outcome.stdout.truncated or outcome.stderr.truncated,
-        write_denied=confined and outcome.exit_code != 0 and looks_like_write_denial(stderr),
+        write_denied=bool(protected_removed)
+        or (confined and outcome.exit_code != 0 and looks_like_write_denial(stderr)),
+        protected_removed=protected_removed,
     )
 
 
-async def _run_plain(command: str, workspace: pathlib.Path, limits: CommandLimits) -> CommandResult:
-    outcome = await _execute(["bash", "-c", command], cwd=workspace, limits=limits, info_fds=None)
+def _bounded_argv(bounds: Bounds, limits: CommandLimits) -> tuple[list[str], CommandCgroup | None]:
+    """The cgroup for one command (or None) and the rlimit prefix for what it does not bound."""
+    try:
+        cgroup = bounds.create(max_processes=limits.max_processes, memory_limit=limits.memory_limit)
+    except OSError as exc:
+        # Fail closed: detect() found the cgroup usable, so a failure now is not a reason to
+        # run the command unbounded.
+        raise SandboxUnavailableError(
+            f"cannot create the command's cgroup ({exc.strerror or exc}): check "
+            f"{bounds.describe()}, or pass bounds=Bounds() to use rlimits only"
+        ) from exc
+    prefix = bounds.rlimit_argv(
+        max_processes=limits.max_processes, memory_limit=limits.memory_limit
+    )
+    return prefix, cgroup
+
+
+async def _run_plain(
+    command: str,
+    workspace: pathlib.Path,
+    limits: CommandLimits,
+    environment: EnvironmentPolicy,
+    bounds: Bounds,
+) -> CommandResult:
+    prefix, cgroup = _bounded_argv(bounds, limits)
+    outcome = await _execute(
+        [*prefix, "bash", "-c", command],
+        cwd=workspace,
+        limits=limits,
+        info_fds=None,
+        env=environment.build(),
+        cgroup=cgroup,
+    )
     return _result(SandboxMode.DANGER_FULL_ACCESS, outcome)
+
+
+# Run inside a real sandbox by probe(): every property the confinement rests on, checked by
+# trying it, with bash and coreutils only (the host's python may not be reachable by the
+# sandbox's uid). Prints one line per property that does not hold, then the sentinel, so an
+# empty output (a "sandbox" that ran nothing) is not mistaken for success. Nothing here
+# changes the host even where a check fails: ": >>" opens for writing and writes nothing.
+_PROBE_SENTINEL = "broker-probe-done"
+_PROBE_SCRIPT = r"""
+[ "$(id -u)" != 0 ] || echo "the command runs as uid 0"
+cap=$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status)
+[ "$cap" = 0000000000000000 ] || echo "the command keeps capabilities (CapEff $cap)"
+if command -v mount >/dev/null; then
+    mount -o remount,bind,rw / 2>/dev/null && echo "a remount of / succeeds"
+fi
+( : >> /proc/sys/kernel/core_pattern ) 2>/dev/null && echo "/proc/sys is writable"
+f=/dev/shm/setuid-probe
+: > "$f" && chmod 6755 "$f" 2>/dev/null
+{ [ -u "$f" ] || [ -g "$f" ]; } && echo "a setuid bit can be set"
+for d in /run /var/run; do
+    [ -z "$(ls -A "$d" 2>/dev/null)" ] || echo "$d is visible"
+done
+if command -v unshare >/dev/null; then
+    unshare -U true 2>/dev/null && echo "a nested user namespace can be created"
+fi
+echo broker-probe-done
+"""
 
 
 @attrs.define(eq=False)
@@ -489,18 +700,38 @@ class BubblewrapExecutor:
     unconfined (``danger-full-access``).
 
     Build it with :meth:`probe` so a machine that cannot sandbox fails at start-up, not on
-    the first command.
+    the first command. ``environment`` filters what every command (and bwrap) inherits;
+    ``protected_paths`` are workspace entries that stay read-only in ``workspace-write``;
+    ``bounds`` says how ``max_processes`` and ``memory_limit`` are enforced.
     """
 
     bwrap: str = "bwrap"
+    environment: EnvironmentPolicy = attrs.field(factory=EnvironmentPolicy)
+    protected_paths: tuple[str, ...] = attrs.field(
+        default=DEFAULT_PROTECTED_PATHS, converter=_check_protected
+    )
+    bounds: Bounds = attrs.field(factory=Bounds.detect)
+
+    def describe_bounds(self) -> str:
+        """Which mechanism enforces the process and memory limits on this machine."""
+        return self.bounds.describe()
 
     @classmethod
-    async def probe(cls, bwrap: str = "bwrap") -> BubblewrapExecutor:
-        """Check that ``bwrap`` can build the read-only sandbox by running ``true`` in it.
+    async def probe(
+        cls,
+        bwrap: str = "bwrap",
+        *,
+        environment: EnvironmentPolicy | None = None,
+        protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_PATHS,
+    ) -> BubblewrapExecutor:
+        """Check, inside a real read-only sandbox, that confinement holds.
 
-        Returns an executor bound to the resolved bwrap path. Raises
-        :class:`SandboxUnavailableError` naming the reason (binary missing, namespaces
-        refused, probe hung) and the fix.
+        It must: run as a uid other than 0, with no effective capabilities, unable to
+        remount ``/``, to write ``/proc/sys``, to set a setuid bit, to see ``/run``, or to
+        create a nested user namespace. Returns an executor bound to the resolved bwrap
+        path. Raises :class:`SandboxUnavailableError` naming the reason (binary missing,
+        namespaces refused, a property that does not hold, probe hung) and the fix — never
+        a sandbox that only looks confined.
 
         Cancellation: the probe command is killed and reaped, then the cancellation
         propagates; no executor is returned.
@@ -508,9 +739,13 @@ class BubblewrapExecutor:
         path = shutil.which(bwrap)
         if path is None:
             raise _bwrap_missing(bwrap)
-        executor = cls(bwrap=path)
+        executor = cls(
+            bwrap=path,
+            environment=environment or EnvironmentPolicy(),
+            protected_paths=protected_paths,
+        )
         result = await executor.run(
-            "true",
+            _PROBE_SCRIPT,
             mode=SandboxMode.READ_ONLY,
             workspace=pathlib.Path(tempfile.gettempdir()),
             limits=_PROBE_LIMITS,
@@ -531,7 +766,17 @@ class BubblewrapExecutor:
             raise SandboxUnavailableError(
                 f"bubblewrap at {path!r} {why}: {reason}: enable unprivileged user namespaces "
                 "(sysctl kernel.unprivileged_userns_clone=1, or on ubuntu "
-                "kernel.apparmor_restrict_unprivileged_userns=0), or choose "
+                "kernel.apparmor_restrict_unprivileged_userns=0), install bubblewrap 0.8 or "
+                "newer, or choose danger-full-access mode"
+            )
+        lines = result.stdout.splitlines()
+        failures = lines[:-1] if lines[-1:] == [_PROBE_SENTINEL] else lines or ["it ran nothing"]
+        if failures or lines[-1:] != [_PROBE_SENTINEL]:
+            raise SandboxUnavailableError(
+                f"bubblewrap at {path!r} does not confine commands on this machine: "
+                f"{'; '.join(failures)}: "
+                "refusing to offer a sandbox that only looks confined; fix the host "
+                "(bubblewrap 0.8 or newer, user namespaces, seccomp) or choose "
                 "danger-full-access mode"
             )
         return executor
@@ -546,9 +791,12 @@ class BubblewrapExecutor:
     ) -> CommandResult:
         """Run ``bash -c command`` with cwd ``workspace`` under ``mode``; stdin is /dev/null.
 
-        ``read-only`` and ``workspace-write`` run inside bwrap with no network;
-        ``danger-full-access`` runs bash directly. When the time limit passes the whole
-        process tree is killed and the result has ``timed_out=True``, ``exit_code=None``.
+        ``read-only`` and ``workspace-write`` run inside bwrap with no network, no privilege
+        and the protected paths read-only; ``danger-full-access`` runs bash directly. Every
+        mode gets the filtered environment and the process and memory bounds. When the time
+        limit passes the whole process tree is killed and the result has
+        ``timed_out=True``, ``exit_code=None``. A protected entry that did not exist and
+        that the command created is removed afterwards (``protected_removed``).
 
         Cancellation: the command and every process it started are killed (SIGKILL) and
         reaped before the cancellation propagates; no result is returned. A cancellation
@@ -560,7 +808,7 @@ class BubblewrapExecutor:
         ws = _check_workspace(workspace)
         limits = _check_limits(limits)
         if mode is SandboxMode.DANGER_FULL_ACCESS:
-            return await _run_plain(command, ws, limits)
+            return await _run_plain(command, ws, limits, self.environment, self.bounds)
         if ws == pathlib.Path("/"):
             # Binding / over / would undo the fresh /dev, /proc and /tmp, and in
             # workspace-write it would make the whole host writable.
@@ -568,20 +816,61 @@ class BubblewrapExecutor:
                 f"workspace must not be '/' in {mode.value} mode: pick a project directory, "
                 "or choose danger-full-access mode"
             )
-        info_r, info_w = os.pipe()
-        argv = [*_bwrap_argv(self.bwrap, mode, ws, info_w), "bash", "-c", command]
+        if shutil.which(self.bwrap) is None:
+            # Checked here because the cgroup wrapper, not us, would exec a missing binary.
+            raise _bwrap_missing(self.bwrap)
+        absent: list[str] = []
+        if mode is SandboxMode.WORKSPACE_WRITE:
+            absent = _absent(ws, self.protected_paths)
+        seccomp_fd = _seccomp_memfd()
         try:
-            outcome = await _execute(argv, cwd=ws, limits=limits, info_fds=(info_r, info_w))
-        except FileNotFoundError as exc:
-            if exc.filename != self.bwrap:
-                raise
-            raise _bwrap_missing(self.bwrap) from exc
-        return _result(mode, outcome)
+            prefix, cgroup = _bounded_argv(self.bounds, limits)
+            info_r, info_w = os.pipe()
+            argv = [
+                *prefix,
+                *_bwrap_argv(
+                    self.bwrap,
+                    mode,
+                    ws,
+                    info_fd=info_w,
+                    seccomp_fd=seccomp_fd,
+                    limits=limits,
+                    protected=self.protected_paths,
+                ),
+                "bash",
+                "-c",
+                command,
+            ]
+            try:
+                outcome = await _execute(
+                    argv,
+                    cwd=ws,
+                    limits=limits,
+                    info_fds=(info_r, info_w),
+                    env=self.environment.build(),
+                    extra_fds=(seccomp_fd,),
+                    cgroup=cgroup,
+                )
+            except FileNotFoundError as exc:
+                if exc.filename != self.bwrap:
+                    raise
+                raise _bwrap_missing(self.bwrap) from exc
+        finally:
+            os.close(seccomp_fd)
+        # Every process of the sandbox is dead here, so nothing can recreate what is removed.
+        removed = _remove_created(ws, absent) if absent else ()
+        return _result(mode, outcome, removed)
 
 
 @attrs.define(eq=False)
 class PlainExecutor:
-    """Runs shell commands with no confinement; only ``danger-full-access`` is accepted."""
+    """Runs shell commands with no confinement; only ``danger-full-access`` is accepted.
+
+    Commands still get the filtered ``environment`` and the process and memory ``bounds``.
+    """
+
+    environment: EnvironmentPolicy = attrs.field(factory=EnvironmentPolicy)
+    bounds: Bounds = attrs.field(factory=Bounds.detect)
 
     async def run(
         self,
@@ -593,8 +882,9 @@ class PlainExecutor:
     ) -> CommandResult:
         """Run ``bash -c command`` with cwd ``workspace``; stdin is /dev/null.
 
-        The command runs in its own session; on the time limit that process group is
-        killed (a descendant that started its own session escapes it).
+        The command runs in its own session (and its own cgroup where one can be made); on
+        the time limit that process group is killed (a descendant that started its own
+        session escapes it unless a cgroup holds it).
 
         Cancellation: the command's process group is killed (SIGKILL) and the command
         reaped before the cancellation propagates; no result is returned.
@@ -608,4 +898,4 @@ class PlainExecutor:
             )
         ws = _check_workspace(workspace)
         limits = _check_limits(limits)
-        return await _run_plain(command, ws, limits)
+        return await _run_plain(command, ws, limits, self.environment, self.bounds)
