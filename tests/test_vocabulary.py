@@ -54,3 +54,12 @@ def test_the_public_api_is_explicit_and_every_error_is_a_broker_error() -> None:
     ]
     assert issubclass(StoreError, broker.BrokerError)
     assert issubclass(JsonRpcError, broker.BrokerError)
+
+
+def test_tool_and_hook_errors_are_broker_errors_too() -> None:
+    from broker import BrokerError
+    from broker.hooks import HookSettingsError
+    from broker.tools import SandboxUnavailableError
+
+    assert issubclass(SandboxUnavailableError, BrokerError)
+    assert issubclass(HookSettingsError, BrokerError)

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._errors import BrokerError
+
 if TYPE_CHECKING:
     import os
     from collections.abc import Iterable
@@ -96,7 +98,7 @@ _MATCH_ALL = (None, "", "*")
 _MISSING = object()
 
 
-class HookSettingsError(ValueError):
+class HookSettingsError(BrokerError, ValueError):
     """The settings file cannot be used: unreadable, not JSON, or a malformed hook entry."""
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from .._errors import BrokerError
 from ._cgroup import Bounds, CommandCgroup
 from ._environment import EnvironmentPolicy
 from ._seccomp import setuid_filter
@@ -73,7 +74,7 @@ ESCALATION_HINT = (
 )
 
 
-class SandboxUnavailableError(RuntimeError):
+class SandboxUnavailableError(BrokerError, RuntimeError):
     """bubblewrap cannot confine commands on this machine; the message says why and the fix."""
 
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 import platform
 import struct
 
+from .._errors import BrokerError
+
 __all__ = ["SeccompUnsupportedError", "setuid_filter"]
 
 
-class SeccompUnsupportedError(RuntimeError):
+class SeccompUnsupportedError(BrokerError, RuntimeError):
     """No filter is known for this machine's architecture."""
 
 
