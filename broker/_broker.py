@@ -7,7 +7,7 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -15,18 +15,13 @@ import attrs
 import trio
 
 from ._agent import Agent
-from ._answerers import AnswererHandle, AnswerFn, insert_handle, run_waterfall
+from ._answerers import AnswererHandle, AnswerFn, insert_handle
 from ._collapse import collapse_single
 from ._decision import Decision
-from ._errors import BrokerClosedError, ResumeError, SessionClosedError, TurnError
-from ._events import ApprovalAsked, ApprovalDecided, ApprovalGrant, ApprovalPolicy, Event
-from ._flight import Flight, Withdrawal
-from ._ids import new_id
-from ._projection import ApprovalState
+from ._errors import BrokerClosedError, ResumeError
 from ._request import ApprovalRequest
 from ._session import Session
-from ._signal import is_aborted
-from ._texts import DELEGATION_STATEMENT, OUTSIDE_TURN, policy_context
+from ._texts import DELEGATION_STATEMENT, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .store._memory import MemoryStore
 from .store._sqlite import open_sqlite_store
@@ -128,9 +123,9 @@ class Broker:
             return await self._resume(resume)
         if parent is not None:
             self._check_session(parent, "parent")
-        session = Session(id=str(uuid.uuid4()), parent=parent, broker=self)
+        session = Session(id=str(uuid.uuid4()), parent=parent, host=self)
         await self.store.create_session(session.id, None if parent is None else parent.id)
-        await self._nursery.start(session._run)
+        await self._nursery.start(session.run)
         self._sessions[session.id] = session
         return session
 
@@ -168,12 +163,12 @@ class Broker:
         session = Session(
             id=session_id,
             parent=live_parent if live_parent is not None and live_parent.is_open else None,
-            broker=self,
+            host=self,
             delegated=state.delegated,
             parent_id=record.parent_id,
+            state=state,
         )
-        session._restore(state)
-        await self._nursery.start(session._run)
+        await self._nursery.start(session.run)
         self._sessions[session.id] = session
         return session
 
@@ -202,16 +197,15 @@ class Broker:
         left open without its policy event; it is closed with the broker.
         """
         self._check_agent(parent, "parent")
-        captured = self.effective_policy(parent.session)
+        captured = parent.session.effective_policy
         seeded = Policy.NEVER if self.delegation is Delegation.PIN_NEVER else captured
         child = await self.start_session(parent.session)
-        child.delegated = True
-        event = ApprovalPolicy(policy=seeded, source="delegation")
-        await child._append(lambda _state: event)
+        await child.pin_delegated_policy(seeded)
         return child
 
-    def _forget(self, session: Session) -> None:
-        self._sessions.pop(session.id, None)
+    def forget(self, session_id: str) -> None:
+        """Host interface: the session *session_id* ended; drop it from the registry (sync)."""
+        self._sessions.pop(session_id, None)
 
     def _check_session(self, session: object, parameter: str) -> Session:
         if not isinstance(session, Session):
@@ -219,10 +213,9 @@ class Broker:
                 f"{parameter} must be a Session, got {type(session).__name__}: "
                 "pass a session from broker.start_session()"
             )
-        if session._broker is not self:
+        if session.host is not self:
             raise ValueError(f"{parameter} belongs to another broker: use a session of this broker")
-        if not session.is_open:
-            raise session._closed_error("use", parameter=parameter)
+        session.require_open(parameter)
         return session
 
     def _check_agent(self, agent: object, parameter: str) -> Agent:
@@ -235,14 +228,24 @@ class Broker:
 
     # -- answerers ------------------------------------------------------------------------
 
-    def _register(self, fn: AnswerFn, scope: Agent | None, prepend: bool) -> AnswererHandle:
+    @property
+    def unscoped_answerers(self) -> Sequence[AnswererHandle]:
+        """Host interface: the answerers that see every question, in registration order."""
+        return self._answerers
+
+    def register_answerer(self, fn: AnswerFn, scope: Agent | None, prepend: bool) -> AnswererHandle:
+        """Host interface: register *fn* (in *scope*'s session when given); returns its handle.
+
+        The caller holds the handle's lifetime (``answerer``, ``serve_answerer``,
+        ``Session.add_answerer``).
+        """
         if not callable(fn):
             raise TypeError(
                 f"fn must be an async callable answer(req, next), got {type(fn).__name__}"
             )
         if scope is not None:
             self._check_agent(scope, "scope")
-            registry = scope.session._answerers
+            registry = scope.session._scoped_registry()
         else:
             registry = self._answerers
         number = next(self._order)
@@ -263,7 +266,7 @@ class Broker:
         answerer leaves the chain, questions it was answering fail closed (``unavailable``),
         and the next ask does not see it. Cancellation: leaving is synchronous, never delayed.
         """
-        handle = self._register(fn, scope, prepend)
+        handle = self.register_answerer(fn, scope, prepend)
         try:
             await trio.lowlevel.checkpoint()
             yield handle
@@ -283,7 +286,7 @@ class Broker:
         The answerer lives as long as this task: until it is cancelled or ``handle.close()``
         is called (the task then returns). Cancellation: the answerer leaves the chain at once.
         """
-        handle = self._register(fn, scope, prepend)
+        handle = self.register_answerer(fn, scope, prepend)
         try:
             task_status.started(handle)
             await handle.wait_closed()
@@ -305,7 +308,7 @@ class Broker:
             return list(lists[0])
         return sorted(itertools.chain.from_iterable(lists), key=lambda h: h.order)
 
-    # -- the request algorithm (spec 3) ---------------------------------------------------
+    # -- the request algorithm (spec 3): a thin delegate to the session ---------------------
 
     async def request(self, req: ApprovalRequest) -> Outcome:
         """Decide whether ``req.agent`` may run ``req.tool_name`` once; see spec section 3.
@@ -317,133 +320,22 @@ class Broker:
         return decision.outcome
 
     async def request_decision(self, req: ApprovalRequest) -> Decision:
-        """Decide whether ``req.agent`` may run ``req.tool_name`` once; see spec section 3.
-
-        Raises :class:`TurnError` (exact spec text) outside an open turn, appending nothing;
-        :class:`AuditAppendError` when either audit event cannot be made durable. Otherwise
-        returns exactly one :class:`Outcome` after both ``approval/asked`` and
-        ``approval/decided`` are durable.
-
-        Cancellation: the caller's cancellation before the decision withdraws the question; its
-        ``approval/decided`` (``cancelled``) is still appended, shielded and bounded by
-        ``settle_grace``, and then :class:`trio.Cancelled` propagates. Once the decision is made
-        its ``approval/decided`` is appended shielded (same bound) and the decision returned;
-        the cancellation is then delivered at the caller's next checkpoint.
-        """
+        """Check that ``req.agent`` is an agent of this broker's open sessions, then ask its
+        session: :meth:`Session.ask` (the algorithm, its errors and its cancellation
+        semantics)."""
         if not isinstance(req, ApprovalRequest):
             raise TypeError(
                 f"req must be an ApprovalRequest, got {type(req).__name__}: "
                 "build one with ApprovalRequest(agent=..., tool_name=...)"
             )
         self._check_agent(req.agent, "req.agent")
-        session = req.agent.session
-        request_id = new_id()
-        asked = ApprovalAsked(
-            id=request_id, tool_name=req.tool_name, call_id=req.call_id, reason=req.reason
-        )
-
-        def ask(state: ApprovalState) -> Event:
-            if not state.turn_open:
-                raise TurnError(OUTSIDE_TURN)
-            return asked
-
-        flight = session._admit(request_id)
-        try:
-            try:
-                # The decided append below is this request's schedule point.
-                await session._append(ask, schedule=False)
-                outcome, remembered, by_policy = await self._decide(req, session, flight)
-            except trio.Cancelled:
-                with trio.CancelScope(shield=True), trio.move_on_after(self.settle_grace):
-                    await self._record_cancelled(session, request_id)
-                raise
-            decided = ApprovalDecided(
-                id=request_id,
-                outcome=outcome,
-                remembered=remembered,
-                policy=Policy.NEVER if by_policy else None,
-            )
-            # Invariant: once the race is decided, the log records that decision — a caller
-            # cancelled from here on gets Cancelled at its next checkpoint, after the return.
-            await session._append(lambda _state: decided, internal=True, shielded=True)
-            return Decision(
-                id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy
-            )
-        finally:
-            session._settle(request_id)
-
-    async def _decide(
-        self, req: ApprovalRequest, session: Session, flight: Flight
-    ) -> tuple[Outcome, bool, bool]:
-        """Steps 3.1–3.5: (outcome, remembered, decided by the never policy). Never raises
-        anything but the caller's own :class:`trio.Cancelled`."""
-        signal = req.signal
-        if flight.cause is None and is_aborted(signal):
-            flight.withdraw(Withdrawal.ABORTED, "before the question was put")
-        if flight.cause is not None:
-            await trio.lowlevel.checkpoint()
-            return _settled_by(flight.cause), False, False
-        if self.effective_policy(session) is Policy.NEVER:
-            await trio.lowlevel.checkpoint()
-            return Outcome.REJECTED, False, True
-        if self.is_granted(req.agent, req.tool_name):
-            await trio.lowlevel.checkpoint()
-            return Outcome.ALLOWED_ONCE, True, False
-        chain = self._chain_for(req)
-        outcome = Outcome.UNAVAILABLE
-        if isinstance(signal, trio.Event):
-            # A bare trio.Event has no callbacks: one watcher task per question withdraws the
-            # flight when it fires.
-            # Collapsed so the caller's cancellation reaches request_decision's
-            # ``except trio.Cancelled`` as itself, not inside a group.
-            with collapse_single():
-                async with trio.open_nursery() as watchers:
-                    watchers.start_soon(_watch_event, signal, flight)
-                    with flight.scope:
-                        outcome = await run_waterfall(req, chain, flight)
-                    watchers.cancel_scope.cancel(reason="question settled")
-        else:
-            unsubscribe = (
-                signal.subscribe(
-                    lambda: flight.withdraw(Withdrawal.ABORTED, signal.reason or "abort()")
-                )
-                if signal is not None
-                else None
-            )
-            try:
-                with flight.scope:
-                    outcome = await run_waterfall(req, chain, flight)
-            finally:
-                if unsubscribe is not None:
-                    unsubscribe()
-        # Invariant: the race is decided here, by the flight alone — once it was withdrawn the
-        # answer, if any, is dropped and the first withdrawal's cause settles the question.
-        if flight.cause is not None:
-            return _settled_by(flight.cause), False, False
-        return outcome, False, False
-
-    async def _record_cancelled(  # noqa: ASYNC910 (runs shielded, after a checkpoint)
-        self, session: Session, request_id: str
-    ) -> None:
-        decided = ApprovalDecided(id=request_id, outcome=Outcome.CANCELLED)
-
-        def settle(state: ApprovalState) -> Event | None:
-            # The asked append is FIFO before us; if it never landed there is nothing to pair.
-            return decided if request_id in state.pending else None
-
-        try:
-            await session._append(settle, internal=True)
-        except (SessionClosedError, TurnError):
-            log.warning(
-                "question %s of session %s left unpaired for recovery", request_id, session.id
-            )
+        return await req.agent.session.ask(req)
 
     # -- policy (spec 5) ------------------------------------------------------------------
 
     def effective_policy(self, session: Session) -> Policy:
         """The last ``approval/policy`` of *session*, else the deployment default."""
-        override = session.state.policy
-        return self.policy if override is None else override
+        return session.effective_policy
 
     async def set_approval_policy(self, session: Session, policy: Policy | str) -> None:
         """Durably record *policy* for *session* (validated; no notice; outside a turn is fine).
@@ -452,8 +344,7 @@ class Broker:
         """
         value = parse_policy(policy)
         self._check_session(session, "session")
-        event = ApprovalPolicy(policy=value)
-        await session._append(lambda _state: event)
+        await session.set_approval_policy(value)
 
     async def set_policy(self, agent: Agent, policy: Policy | str) -> bool:
         """Switch *agent*'s session live. Returns whether the effective policy changed.
@@ -464,20 +355,7 @@ class Broker:
         """
         value = parse_policy(policy)
         self._check_agent(agent, "agent")
-        previous: list[Policy] = []
-
-        def switch(state: ApprovalState) -> Event | None:
-            current = self.policy if state.policy is None else state.policy
-            if current is value:
-                return None
-            previous.append(current)
-            return ApprovalPolicy(policy=value)
-
-        event = await agent.session._append(switch)
-        if event is None:
-            return False
-        agent._queue_switch(previous[0], value)
-        return True
+        return await agent.session.switch_policy(value)
 
     def approval_context(self, agent: Agent | None) -> str:
         """The ``approval:policy`` runtime-context text for *agent* now ('' without an agent)."""
@@ -519,12 +397,7 @@ class Broker:
         """
         tool = _check_tool(tool_name)
         self._check_session(session, "session")
-        event = ApprovalGrant(tool_name=tool)
-
-        def add(state: ApprovalState) -> Event | None:
-            return None if tool in state.grants else event
-
-        return await session._append(add) is not None
+        return await session.grant(tool)
 
     def is_granted(self, agent: Agent, tool_name: str) -> bool:
         """Whether *agent*'s session or a live ancestor holds a grant for *tool_name*."""
@@ -532,16 +405,7 @@ class Broker:
             raise TypeError(
                 f"agent must be an Agent, got {type(agent).__name__}: pass session.agent"
             )
-        tool = _check_tool(tool_name)
-        session: Session | None = agent.session
-        if tool in agent.session.state.grants:
-            return True
-        session = agent.session.parent
-        while session is not None and session.is_open:
-            if tool in session.state.grants:
-                return True
-            session = session.parent
-        return False
+        return agent.session.is_granted(_check_tool(tool_name))
 
     # -- shutdown -------------------------------------------------------------------------
 
@@ -562,18 +426,9 @@ class Broker:
         self._nursery.cancel_scope.cancel(reason="broker closed")
 
 
-async def _watch_event(event: trio.Event, flight: Flight) -> None:
-    await event.wait()
-    flight.withdraw(Withdrawal.ABORTED, "the trio.Event was set")
-
-
 def _describe_store(store: EventStore) -> str:
     path = getattr(store, "path", None)
     return f"store file '{path}'" if isinstance(path, str) else f"the store {store!r}"
-
-
-def _settled_by(cause: Withdrawal) -> Outcome:
-    return Outcome.UNAVAILABLE if cause is Withdrawal.ANSWERER_LOST else Outcome.CANCELLED
 
 
 @asynccontextmanager

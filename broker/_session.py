@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -26,8 +27,10 @@ import attrs
 import trio
 
 from ._agent import Agent
+from ._answerers import AnswererHandle, run_waterfall
 from ._audit_rules import check
 from ._collapse import collapse_single, is_cancellation
+from ._decision import Decision
 from ._errors import (
     AuditAppendError,
     AuditInvariantError,
@@ -36,15 +39,27 @@ from ._errors import (
     SessionCrashedError,
     TurnError,
 )
-from ._events import ApprovalDecided, Event, TurnEnd, TurnEndReason, TurnStart
+from ._events import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalGrant,
+    ApprovalPolicy,
+    Event,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+)
 from ._flight import Flight, Withdrawal
+from ._ids import new_id
 from ._projection import ApprovalState, fold
+from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
-from ._vocabulary import Outcome
+from ._vocabulary import Delegation, Outcome, Policy
 
 if TYPE_CHECKING:
-    from ._answerers import AnswererHandle, AnswerFn
-    from ._broker import Broker
+    from ._answerers import AnswerFn
+    from ._host import SessionHost
+    from ._request import ApprovalRequest
 
 __all__ = ["Session"]
 
@@ -98,12 +113,13 @@ class Session:
 
     id: str
     parent: Session | None
-    _broker: Broker
+    _host: SessionHost
     delegated: bool = False
     #: The parent's id as the store records it (also when the parent is not open here).
     parent_id: str | None = attrs.field(default=None)
     agent: Agent = attrs.field(init=False)
-    _state: ApprovalState = attrs.field(factory=ApprovalState, init=False)
+    # Given on resume (the stored projection); empty for a new session.
+    _state: ApprovalState = attrs.field(factory=ApprovalState)
     _status: _Status = attrs.field(default=_Status.OPEN, init=False)
     _send: trio.MemorySendChannel[_Command] = attrs.field(init=False)
     _recv: trio.MemoryReceiveChannel[_Command] = attrs.field(init=False)
@@ -138,17 +154,18 @@ class Session:
         self.agent = Agent(self)
         # A store that acknowledges synchronously (in memory) is appended to without a
         # scheduling pass; a durable store is awaited.
-        self._append_nowait = getattr(self._broker.store, "append_nowait", None)
+        self._append_nowait = getattr(self._host.store, "append_nowait", None)
         self._send, self._recv = trio.open_memory_channel[_Command](_INBOX_SIZE)
 
     def __repr__(self) -> str:
         return f"<Session {self.id} {self._status.value}>"
 
-    def _restore(self, state: ApprovalState) -> None:
-        """Start from a stored projection (resume); before the actor runs, so nothing races."""
-        self._state = state
-
     # -- read-only views ------------------------------------------------------------------
+
+    @property
+    def host(self) -> SessionHost:
+        """The service hosting this session (its broker)."""
+        return self._host
 
     @property
     def state(self) -> ApprovalState:
@@ -199,7 +216,7 @@ class Session:
             kind = "cancelled" if is_cancellation(exc) else "error"
             raise
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(self._broker.settle_grace):
+            with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
                 await self._leave_turn(number, kind, Withdrawal.TURN_ENDING)
 
     async def _leave_turn(  # noqa: ASYNC910 (a teardown step; its callers checkpoint)
@@ -300,9 +317,7 @@ class Session:
         The answerer lives until ``handle.close()`` or the session closes. Cancellation: as
         :meth:`start`; if cancelled before it started, nothing is registered.
         """
-        serve = functools.partial(
-            self._broker.serve_answerer, fn, scope=self.agent, prepend=prepend
-        )
+        serve = functools.partial(self._host.serve_answerer, fn, scope=self.agent, prepend=prepend)
         handle: AnswererHandle = await self.start(serve)
         return handle
 
@@ -315,7 +330,11 @@ class Session:
         """
         if not self.is_open:
             raise self._closed_error("add an answerer to")
-        return self._broker._register(fn, self.agent, prepend)
+        return self._host.register_answerer(fn, self.agent, prepend)
+
+    def _scoped_registry(self) -> list[AnswererHandle]:
+        """The list a scoped answerer of this session's agent is registered in (host use)."""
+        return self._answerers
 
     def _require_nursery(self) -> trio.Nursery:
         if self._nursery is None or not self.is_open:
@@ -324,10 +343,15 @@ class Session:
 
     # -- the actor ------------------------------------------------------------------------
 
-    async def _run(  # noqa: ASYNC910 (the actor task; its loop checkpoints)
+    async def run(  # noqa: ASYNC910 (the actor task; its loop checkpoints)
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """The actor task; lives in the broker's root nursery. Never raises an Exception."""
+        """The actor task: ``await host_nursery.start(session.run)``, once, by the host.
+
+        Owns the session nursery (answerer channels and session tasks) and the log loop. Ends
+        when the session closes (teardown order: module docstring) or crashes. Never raises an
+        :class:`Exception`: a crash is contained to this session (``crash_cause``).
+        """
         try:
             with collapse_single():
                 async with trio.open_nursery() as nursery:
@@ -382,7 +406,7 @@ class Session:
             if self._append_nowait is not None:
                 self._append_nowait(self.id, [event for _, event in accepted])
             else:
-                await self._broker.store.append(self.id, [event for _, event in accepted])
+                await self._host.store.append(self.id, [event for _, event in accepted])
         except Exception as exc:
             self._fail(accepted, exc)
             return  # noqa: ASYNC910 (see above)
@@ -461,7 +485,7 @@ class Session:
             flight.withdraw(Withdrawal.SESSION_CLOSING, f"session {self.id} {self._status.value}")
         for handle in list(self._answerers):
             handle.close(reason=f"session {self.id} {self._status.value}")
-        self._broker._forget(self)
+        self._host.forget(self.id)
         self._done = True
         if self._finished is not None:
             self._finished.set()
@@ -518,19 +542,211 @@ class Session:
                 # Only this branch awaits anything, so only it pays for the scopes.
                 with (
                     trio.CancelScope(shield=True),
-                    trio.move_on_after(self._broker.settle_grace) as bound,
+                    trio.move_on_after(self._host.settle_grace) as bound,
                 ):
                     await command.done.wait()
                 if bound.cancelled_caught:
                     raise AuditAppendError(
                         f"could not append to session {self.id} within settle_grace "
-                        f"({self._broker.settle_grace:g}s); the question is left for recovery"
+                        f"({self._host.settle_grace:g}s); the question is left for recovery"
                     )
             else:
                 await command.done.wait()
         if command.error is not None:
             raise command.error
         return command.event  # noqa: ASYNC910 (schedule=False: the caller yields later)
+
+    # -- the question (spec section 3): the session owns it --------------------------------
+
+    @property
+    def effective_policy(self) -> Policy:
+        """The last ``approval/policy`` of this session, else the host's default."""
+        override = self._state.policy
+        return self._host.policy if override is None else override
+
+    def is_granted(self, tool_name: str) -> bool:
+        """Whether this session, or a live ancestor, holds a grant for *tool_name*."""
+        if tool_name in self._state.grants:
+            return True
+        ancestor = self.parent
+        while ancestor is not None and ancestor.is_open:
+            if tool_name in ancestor._state.grants:
+                return True
+            ancestor = ancestor.parent
+        return False
+
+    def _chain(self) -> list[AnswererHandle]:
+        """The answerers consulted for this session's questions, in registration order."""
+        lists: list[Sequence[AnswererHandle]] = [self._host.unscoped_answerers]
+        if self._answerers:
+            lists.append(self._answerers)
+        if self._host.delegation is Delegation.INHERIT:
+            ancestor = self.parent
+            while ancestor is not None and ancestor.is_open:
+                if ancestor._answerers:
+                    lists.append(ancestor._answerers)
+                ancestor = ancestor.parent
+        if len(lists) == 1:
+            return list(lists[0])
+        return sorted(itertools.chain.from_iterable(lists), key=lambda h: h.order)
+
+    async def ask(self, req: ApprovalRequest) -> Decision:
+        """Decide whether this session's agent may run ``req.tool_name`` once (spec 3).
+
+        ``req.agent`` must be this session's agent (exact identity). Raises
+        :class:`TurnError` (exact spec text) outside an open turn, appending nothing;
+        :class:`AuditAppendError` when either audit event cannot be made durable. Otherwise
+        returns the :class:`Decision` after both ``approval/asked`` and ``approval/decided``
+        are durable.
+
+        Cancellation: the caller's cancellation before the decision withdraws the question; its
+        ``approval/decided`` (``cancelled``) is still appended, shielded and bounded by
+        ``settle_grace``, and then :class:`trio.Cancelled` propagates. Once the decision is made
+        its ``approval/decided`` is appended shielded (same bound) and the decision returned;
+        the cancellation is then delivered at the caller's next checkpoint.
+        """
+        if req.agent is not self.agent:
+            raise ValueError(
+                f"req.agent must be the agent of session {self.id}: ask through the session "
+                "the agent belongs to (or broker.request, which finds it)"
+            )
+        request_id = new_id()
+        asked = ApprovalAsked(
+            id=request_id, tool_name=req.tool_name, call_id=req.call_id, reason=req.reason
+        )
+
+        def put(state: ApprovalState) -> Event:
+            if not state.turn_open:
+                raise TurnError(OUTSIDE_TURN)
+            return asked
+
+        flight = self._admit(request_id)
+        try:
+            try:
+                # The decided append below is this request's schedule point.
+                await self._append(put, schedule=False)
+                outcome, remembered, by_policy = await self._decide(req, flight)
+            except trio.Cancelled:
+                with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
+                    await self._record_cancelled(request_id)
+                raise
+            decided = ApprovalDecided(
+                id=request_id,
+                outcome=outcome,
+                remembered=remembered,
+                policy=Policy.NEVER if by_policy else None,
+            )
+            # Invariant: once the race is decided, the log records that decision — a caller
+            # cancelled from here on gets Cancelled at its next checkpoint, after the return.
+            await self._append(lambda _state: decided, internal=True, shielded=True)
+            return Decision(
+                id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy
+            )
+        finally:
+            self._settle(request_id)
+
+    async def _decide(self, req: ApprovalRequest, flight: Flight) -> tuple[Outcome, bool, bool]:
+        """Steps 3.1–3.5: (outcome, remembered, decided by the never policy). Never raises
+        anything but the caller's own :class:`trio.Cancelled`."""
+        signal = req.signal
+        if flight.cause is None and is_aborted(signal):
+            flight.withdraw(Withdrawal.ABORTED, "before the question was put")
+        if flight.cause is not None:
+            await trio.lowlevel.checkpoint()
+            return _settled_by(flight.cause), False, False
+        if self.effective_policy is Policy.NEVER:
+            await trio.lowlevel.checkpoint()
+            return Outcome.REJECTED, False, True
+        if self.is_granted(req.tool_name):
+            await trio.lowlevel.checkpoint()
+            return Outcome.ALLOWED_ONCE, True, False
+        chain = self._chain()
+        outcome = Outcome.UNAVAILABLE
+        if isinstance(signal, trio.Event):
+            # A bare trio.Event has no callbacks: one watcher task per question withdraws the
+            # flight when it fires. Collapsed so the caller's cancellation reaches ask()'s
+            # ``except trio.Cancelled`` as itself, not inside a group.
+            with collapse_single():
+                async with trio.open_nursery() as watchers:
+                    watchers.start_soon(_watch_event, signal, flight)
+                    with flight.scope:
+                        outcome = await run_waterfall(req, chain, flight)
+                    watchers.cancel_scope.cancel(reason="question settled")
+        else:
+            unsubscribe = (
+                signal.subscribe(
+                    lambda: flight.withdraw(Withdrawal.ABORTED, signal.reason or "abort()")
+                )
+                if signal is not None
+                else None
+            )
+            try:
+                with flight.scope:
+                    outcome = await run_waterfall(req, chain, flight)
+            finally:
+                if unsubscribe is not None:
+                    unsubscribe()
+        # Invariant: the race is decided here, by the flight alone — once it was withdrawn the
+        # answer, if any, is dropped and the first withdrawal's cause settles the question.
+        if flight.cause is not None:
+            return _settled_by(flight.cause), False, False
+        return outcome, False, False
+
+    async def _record_cancelled(  # noqa: ASYNC910 (runs shielded, after a checkpoint)
+        self, request_id: str
+    ) -> None:
+        decided = ApprovalDecided(id=request_id, outcome=Outcome.CANCELLED)
+        try:
+            # The asked append is FIFO before us; if it never landed there is nothing to pair.
+            await self._append(_if_pending(decided), internal=True)
+        except (SessionClosedError, TurnError):
+            log.warning("question %s of session %s left unpaired for recovery", request_id, self.id)
+
+    # -- policy and grants (spec 5, 6) ------------------------------------------------------
+
+    async def set_approval_policy(self, policy: Policy) -> None:
+        """Durably record *policy* (no notice; outside a turn is fine). Cancellation: the event
+        may still land."""
+        event = ApprovalPolicy(policy=policy)
+        await self._append(lambda _state: event)
+
+    async def pin_delegated_policy(self, policy: Policy) -> None:
+        """Seed the policy a delegation captured: ``approval/policy {policy, source:
+        "delegation"}`` (spec 8.5). Cancellation: the event may still land."""
+        self.delegated = True
+        event = ApprovalPolicy(policy=policy, source="delegation")
+        await self._append(lambda _state: event)
+
+    async def switch_policy(self, policy: Policy) -> bool:
+        """Switch live; True when the effective policy changed (then the agent gets a notice).
+
+        Cancellation: the event may still land, and then the notice is not queued.
+        """
+        previous: list[Policy] = []
+
+        def switch(state: ApprovalState) -> Event | None:
+            current = self._host.policy if state.policy is None else state.policy
+            if current is policy:
+                return None
+            previous.append(current)
+            return ApprovalPolicy(policy=policy)
+
+        if await self._append(switch) is None:
+            return False
+        self.agent._queue_switch(previous[0], policy)
+        return True
+
+    async def grant(self, tool_name: str) -> bool:
+        """Remember *tool_name* here (and for live descendants); False when already granted.
+
+        Allowed outside a turn. Cancellation: the grant may still land.
+        """
+        event = ApprovalGrant(tool_name=tool_name)
+
+        def add(state: ApprovalState) -> Event | None:
+            return None if tool_name in state.grants else event
+
+        return await self._append(add) is not None
 
     # -- questions in flight --------------------------------------------------------------
 
@@ -570,7 +786,7 @@ class Session:
         with trio.CancelScope(shield=True):
             if self._status is _Status.OPEN:
                 self._status = _Status.CLOSING
-                with trio.move_on_after(self._broker.settle_grace):  # noqa: ASYNC912
+                with trio.move_on_after(self._host.settle_grace):  # noqa: ASYNC912
                     self._withdraw_all(Withdrawal.SESSION_CLOSING, f"session {self.id}")
                     await self._wait_settled()
                     if self._state.turn_open:
@@ -578,7 +794,7 @@ class Session:
                             self._state.turn, "closed", Withdrawal.SESSION_CLOSING
                         )
                 self._send.close()
-            with trio.move_on_after(self._broker.settle_grace):
+            with trio.move_on_after(self._host.settle_grace):
                 await self._wait_done()
             if not self._done:
                 # The store did not finish in time: halt the loop; what it had not committed
@@ -605,6 +821,11 @@ class Session:
             self._finished = trio.Event()
         await self._finished.wait()
 
+    def require_open(self, parameter: str = "session") -> None:
+        """Raise :class:`SessionClosedError` (naming *parameter*) unless the session is open."""
+        if not self.is_open:
+            raise self._closed_error("use", parameter=parameter)
+
     def _closed_error(self, action: str, parameter: str = "session") -> SessionClosedError:
         if self._status is _Status.CRASHED:
             return SessionCrashedError(
@@ -616,3 +837,12 @@ class Session:
             f"{parameter} belongs to session {self.id}, which is {self._status.value}: "
             f"cannot {action} it; use an open session"
         )
+
+
+async def _watch_event(event: trio.Event, flight: Flight) -> None:
+    await event.wait()
+    flight.withdraw(Withdrawal.ABORTED, "the trio.Event was set")
+
+
+def _settled_by(cause: Withdrawal) -> Outcome:
+    return Outcome.UNAVAILABLE if cause is Withdrawal.ANSWERER_LOST else Outcome.CANCELLED
