@@ -125,7 +125,7 @@ class Broker:
             self._check_session(parent, "parent")
         session = Session(id=str(uuid.uuid4()), parent=parent, host=self)
         await self.store.create_session(session.id, None if parent is None else parent.id)
-        await self._nursery.start(session.run)
+        await self._nursery.start(session.run_actor)
         self._sessions[session.id] = session
         return session
 
@@ -168,7 +168,7 @@ class Broker:
             parent_id=record.parent_id,
             state=state,
         )
-        await self._nursery.start(session.run)
+        await self._nursery.start(session.run_actor)
         self._sessions[session.id] = session
         return session
 

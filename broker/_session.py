@@ -343,10 +343,10 @@ class Session:
 
     # -- the actor ------------------------------------------------------------------------
 
-    async def run(  # noqa: ASYNC910 (the actor task; its loop checkpoints)
+    async def run_actor(  # noqa: ASYNC910 (the actor task; its loop checkpoints)
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """The actor task: ``await host_nursery.start(session.run)``, once, by the host.
+        """The actor task: ``await host_nursery.start(session.run_actor)``, once, by the host.
 
         Owns the session nursery (answerer channels and session tasks) and the log loop. Ends
         when the session closes (teardown order: module docstring) or crashes. Never raises an
