@@ -43,6 +43,29 @@ PERMISSION_OPTIONS = [
     {"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
     {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
 ]
+ESCALATE_COMMAND = "echo escalated > escalated.txt && cat escalated.txt"
+ESCALATE_JUSTIFICATION = "the user asked to write escalated.txt in the workspace"
+#: What the editor's prompt gets to show: the command, the modes and why (spec 8.4 + issue 14).
+ESCALATE_TOOL_CALL = {
+    "toolCallId": "call_escalate",
+    "kind": "execute",
+    "title": ESCALATE_COMMAND,
+    "content": [
+        {
+            "type": "content",
+            "content": {
+                "type": "text",
+                "text": f"run `{ESCALATE_COMMAND}` with workspace-write access: "
+                f"{ESCALATE_JUSTIFICATION}",
+            },
+        }
+    ],
+    "rawInput": {
+        "command": ESCALATE_COMMAND,
+        "sandbox_permissions": "workspace-write",
+        "justification": ESCALATE_JUSTIFICATION,
+    },
+}
 
 
 @pytest.fixture
@@ -148,7 +171,7 @@ async def test_allow_once_runs_the_escalated_write(
     assert client.permission_params == [
         {
             "sessionId": sid,
-            "toolCall": {"toolCallId": "call_escalate"},
+            "toolCall": ESCALATE_TOOL_CALL,
             "options": PERMISSION_OPTIONS,
         }
     ]
@@ -184,6 +207,33 @@ async def test_allow_once_runs_the_escalated_write(
             'Error: approval for escalating to "workspace-write" was cancelled',
         ),
         (
+            # The schema leaves the answer open: a newer client's extra keys are ignored.
+            {
+                "outcome": {"outcome": "selected", "optionId": "allow-once", "scope": "cmd"},
+                "remember": False,
+            },
+            Outcome.ALLOWED_ONCE,
+            "escalated",
+        ),
+        (
+            {"outcome": {"outcome": "cancelled", "reason": "window closed"}},
+            Outcome.CANCELLED,
+            'Error: approval for escalating to "workspace-write" was cancelled',
+        ),
+        (
+            # Closed where the schema is closed: an unknown tag or a wrong type fails closed.
+            {"outcome": {"outcome": "approved", "optionId": "allow-once"}},
+            Outcome.UNAVAILABLE,
+            'Error: sandbox escalation to "workspace-write" requires approval, but no approval '
+            "channel is available",
+        ),
+        (
+            {"outcome": {"outcome": "selected", "optionId": 1}},
+            Outcome.UNAVAILABLE,
+            'Error: sandbox escalation to "workspace-write" requires approval, but no approval '
+            "channel is available",
+        ),
+        (
             {"outcome": "bogus"},
             Outcome.UNAVAILABLE,
             'Error: sandbox escalation to "workspace-write" requires approval, but no approval '
@@ -205,7 +255,8 @@ async def test_answers_map_to_outcomes(
             assert await client.prompt(sid) == "end_turn"
     assert client.decided(sid) == [outcome]
     assert client.tool_results(sid)[1] == text
-    assert list(ws.iterdir()) == []
+    landed = [p.name for p in ws.iterdir()]
+    assert landed == (["escalated.txt"] if outcome is Outcome.ALLOWED_ONCE else [])
 
 
 async def test_client_error_is_unavailable(
@@ -404,3 +455,35 @@ async def test_the_answerer_delegates_foreign_and_callless_questions() -> None:
                     assert await broker.request(foreign) is Outcome.REJECTED
                     assert await broker.request(callless) is Outcome.REJECTED
     assert calls == []
+
+
+async def test_a_question_about_an_unknown_call_still_says_why() -> None:
+    """Without the call's arguments the prompt still carries the tool and the reason."""
+    sent: list[Any] = []
+
+    class Recording:
+        async def request(self, method: str, params: Any) -> Any:
+            await trio.lowlevel.checkpoint()
+            sent.append(params)
+            return ALLOW
+
+    async with open_broker() as broker, broker.open_session() as session:
+        answerer = AcpAnswerer(
+            connection=cast(JsonRpcConnection, Recording()),
+            acp_session_id=session.id,
+            agent=session.agent,
+            broker=broker,
+            deadline=5,
+        )
+        async with broker.answerer(answerer), session.turn():
+            req = ApprovalRequest(
+                agent=session.agent, tool_name="deploy", call_id="c1", reason="ship it"
+            )
+            assert await broker.request(req) is Outcome.ALLOWED_ONCE
+    assert [p["toolCall"] for p in sent] == [
+        {
+            "toolCallId": "c1",
+            "title": "deploy",
+            "content": [{"type": "content", "content": {"type": "text", "text": "ship it"}}],
+        }
+    ]

@@ -27,7 +27,7 @@ import trio
 from .. import __version__
 from .._signal import AbortSignal
 from ..agent._loop import LoopObserver, StopReason
-from ._answerer import AcpAnswerer
+from ._answerer import AcpAnswerer, describe_tool_call
 from ._errors import ConnectionClosed, ErrorCode, JsonRpcError, WireDecodeError
 from ._wire import (
     PROTOCOL_VERSION,
@@ -50,7 +50,6 @@ from ._wire import (
     ToolCallContentBlock,
     ToolCallStatus,
     ToolCallUpdate,
-    ToolKind,
     from_wire,
     params_from_wire,
     to_wire,
@@ -95,10 +94,16 @@ class _AcpSession:
 
 @attrs.define(eq=False)
 class _Updates(LoopObserver):
-    """Streams the loop's progress to the client as ``session/update`` notifications."""
+    """Streams the loop's progress to the client as ``session/update`` notifications.
+
+    It also keeps the session's running tool calls by id in *calls*, from ``tool_call`` to its
+    result, so the session's :class:`AcpAnswerer` can tell the client what a permission
+    question is about (the approval request itself carries no tool arguments, spec 1).
+    """
 
     connection: JsonRpcConnection
     session_id: str
+    calls: dict[str, RuntimeToolCall] = attrs.field(factory=dict)
 
     async def _send(self, update: SessionUpdate) -> None:
         notification = SessionNotification(session_id=self.session_id, update=update)
@@ -112,19 +117,21 @@ class _Updates(LoopObserver):
         await self._send(AgentMessageChunk(content=TextContent(text=text)))
 
     async def on_tool_call(self, call: RuntimeToolCall) -> None:
-        command = call.arguments.get("command")
-        title = command if call.name == "bash" and isinstance(command, str) else call.name
+        # Before any gate or approval: the answerer finds the call here while it asks.
+        self.calls[call.id] = call
+        title, kind = describe_tool_call(call)
         await self._send(
             ToolCall(
                 tool_call_id=call.id,
                 title=title,
-                kind=ToolKind.EXECUTE if call.name == "bash" else ToolKind.OTHER,
+                kind=kind,
                 status=ToolCallStatus.PENDING,
                 raw_input=call.arguments,
             )
         )
 
     async def on_tool_result(self, call: RuntimeToolCall, result: ToolResult) -> None:
+        self.calls.pop(call.id, None)
         await self._send(
             ToolCallUpdate(
                 tool_call_id=call.id,
@@ -189,12 +196,13 @@ class AcpAgent:
                 "session/new: %d MCP servers ignored (not supported)", len(request.mcp_servers)
             )
         session = await self.broker.start_session()
+        updates = _Updates(connection=self.connection, session_id=session.id)
         loop = self.composition.build_loop(
             broker=self.broker,
             session=session,
             workspace=workspace,
             executor=self.executor,
-            observer=_Updates(connection=self.connection, session_id=session.id),
+            observer=updates,
         )
         answerer = AcpAnswerer(
             connection=self.connection,
@@ -203,6 +211,7 @@ class AcpAgent:
             broker=self.broker,
             deadline=self.composition.permission_deadline,
             allow_always=self.composition.allow_always,
+            calls=updates.calls,
         )
         await session.start_answerer(answerer)
         self.sessions[session.id] = _AcpSession(session=session, loop=loop)
