@@ -27,8 +27,8 @@ def test_demo_allow_writes_the_file(tmp_path: pathlib.Path) -> None:
     out = done.stdout
     assert "[sandbox: file access denied under read-only mode]" in out
     assert (
-        "│ reason:  escalate sandbox to workspace-write: the user asked to write escalated.txt"
-        " in the workspace" in out
+        "│ asks:    run `echo escalated > escalated.txt && cat escalated.txt` with "
+        "workspace-write access: the user asked to write escalated.txt in the workspace" in out
     )
     assert "file on disk: escalated.txt = 'escalated'" in out
     assert '"outcome":"allowed-once"' in out
@@ -49,5 +49,5 @@ def test_demo_reject_writes_nothing(tmp_path: pathlib.Path) -> None:
 def test_demo_interactive_without_input_fails_closed(tmp_path: pathlib.Path) -> None:
     done = demo("--workspace", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    assert "(no recognised answer: rejecting, fail closed)" in done.stdout
+    assert "(end of input: rejecting, fail closed)" in done.stdout
     assert list(tmp_path.iterdir()) == []
