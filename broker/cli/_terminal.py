@@ -79,4 +79,4 @@ class TerminalAnswerer:
             )
             prompt = "     answer [a/r]: "
         print(f"     (no recognised answer after {MAX_TRIES} tries: rejecting, fail closed)")
-        return Outcome.REJECTED
+        return Outcome.REJECTED  # noqa: ASYNC910 (each try awaited a thread; MAX_TRIES >= 1)
