@@ -1,8 +1,9 @@
 """``broker log``: show, verify, export and import a SQLite event store.
 
-Exit status: 0 on success; 1 when the content is at fault (a verify violation, a bad import
-line, an import into an existing session); 2 when the command cannot run (the store cannot be
-opened, an unknown session, an unreadable file). Errors go to stderr, one line each.
+Exit status: 0 on success; 1 when the content is at fault (a verify violation or a damaged
+store, a bad import line, an import into an existing session); 2 when the command cannot run
+(the store cannot be opened, an unknown session, an unreadable file). Errors go to stderr, one
+line each (see ``_errors.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sqlite3
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TextIO
@@ -37,6 +39,7 @@ from ..store._logtools import (
 )
 from ..store._protocol import StoreError
 from ..store._sqlite_writer import SessionExistsError
+from ._errors import database_error
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -50,13 +53,27 @@ EXIT_OK = 0
 EXIT_BAD_CONTENT = 1
 EXIT_CANNOT_RUN = 2
 
+DESCRIPTION = """\
+Show, verify, export and import a session log (a SQLite event store).
+
+examples:
+  broker log show logs/sessions.sqlite                 list the sessions
+  broker log show logs/sessions.sqlite SESSION         one session's timeline
+  broker log verify logs/sessions.sqlite               check hash chains and pairing
+  broker log export logs/sessions.sqlite --out DIR     every session as JSON lines
+  broker log import new.sqlite session.jsonl           a JSON-lines file as a new session
+
+Exit status: 0 success; 1 the content is at fault (a verify violation, a damaged store, a bad
+import line); 2 the command cannot run (the store cannot be opened, an unknown session).
+"""
+
 
 def register(sub: _Sub) -> None:
     """Add the ``log`` command and its actions to the top-level sub-parsers *sub*."""
     parser = sub.add_parser(
         "log",
         help="show, verify, export or import a SQLite event store",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="log_command", required=True, metavar="ACTION")
@@ -241,6 +258,9 @@ def run_verify(args: argparse.Namespace) -> int:
         summary = verify_store(args.store, allow_pending=args.allow_pending)
     except VerifyError as exc:
         return _fail(args, str(exc), EXIT_BAD_CONTENT)
+    except sqlite3.DatabaseError as exc:
+        # Verifying found the file damaged: a failed check, not a command that could not run.
+        return _fail(args, database_error(exc, args), EXIT_BAD_CONTENT)
     except (StoreError, LogToolError) as exc:
         return _fail(args, str(exc), EXIT_CANNOT_RUN)
     print(summary.summary())
