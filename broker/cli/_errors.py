@@ -128,7 +128,7 @@ def run_command(
     try:
         status = func(args)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
-    except BaseException as raised:
+    except Exception as raised:
         exc = _leaf(raised)
         if isinstance(exc, BrokenPipeError) and not debug:
             _silence_stdout()
