@@ -164,6 +164,8 @@ def test_import_round_trip_and_errors(
     exported = tmp_path / "s.jsonl"
     assert run("log", "export", str(store), "--session", "s", "--out", str(exported)) == 0
     copy = tmp_path / "copy.db"
+    assert run("log", "import", str(copy), str(exported), "--session", "root") == 0
+    capsys.readouterr()
     assert run("log", "import", str(copy), str(exported), "--parent", "root") == 0
     assert capsys.readouterr().out == "imported 6 events as session 's'\n"
     assert run("log", "import", str(copy), str(exported)) == 1

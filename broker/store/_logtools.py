@@ -470,6 +470,22 @@ def parse_jsonl(text: str, *, source: str) -> list[Event]:
     return events
 
 
+def _check_parent(store_path: str | os.PathLike[str], parent_id: str) -> None:
+    """Raise :class:`LogToolError` unless *parent_id* is a session of the store (before any
+    write: a child must not point at a session the store does not hold)."""
+    hint = "import the parent session first, or leave out --parent"
+    if not os.path.exists(store_path):
+        raise LogToolError(
+            f"parent session {parent_id!r} is not in store file '{os.fspath(store_path)}' "
+            f"(the file does not exist yet): {hint}"
+        )
+    with open_sqlite_reader(store_path) as reader:
+        if reader.session(parent_id) is None:
+            raise LogToolError(
+                f"parent session {parent_id!r} is not in store file '{reader.path}': {hint}"
+            )
+
+
 async def import_file(
     store_path: str | os.PathLike[str],
     file: str | os.PathLike[str],
@@ -481,7 +497,8 @@ async def import_file(
     transaction: either every event is stored or none is.
 
     The session id defaults to the file's name (see :func:`session_id_from_file_name`). The
-    file is parsed completely before the store is opened, so a bad line changes nothing.
+    file is parsed completely before the store is opened, so a bad line changes nothing; a file
+    with no events, or a *parent_id* the store does not hold, is refused the same way.
     Opening the store for writing runs recovery (reported in the summary). Lines are stored in
     canonical form (re-encoded), so an export of the import is byte-identical for canonical input.
     Cancellation: before the store is opened nothing happens; after, as for
@@ -500,7 +517,14 @@ async def import_file(
             f"cannot read import file '{source}': {exc.strerror or exc}; check the path"
         ) from exc
     events = parse_jsonl(text, source=source)
+    if not events:
+        raise LogToolError(
+            f"import file '{source}' has no events: pass a file written by "
+            "`broker log export` (one JSON event per line)"
+        )
     target = session_id if session_id is not None else session_id_from_file_name(source)
+    if parent_id is not None:
+        _check_parent(store_path, parent_id)
     failure: StoreError | None = None
     async with open_sqlite_store(store_path) as store:
         recovery = store.recovery
