@@ -110,6 +110,13 @@ def register(sub: _Sub) -> None:
     export.add_argument("store", help="the store file (opened read-only)")
     export.add_argument("--session", help="export only this session")
     export.add_argument("--out", help="output file (with --session) or directory (without)")
+    export.add_argument(
+        "--with-time",
+        action="store_true",
+        help='put each event\'s commit time (UTC) in front of it, as "time": '
+        '"2026-01-02T03:04:05.000Z" (default: seed-compatible lines, no times; import reads '
+        "only those)",
+    )
     export.set_defaults(func=run_export)
 
     imp = actions.add_parser(
@@ -268,7 +275,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """``broker log export STORE [--session ID] [--out FILE|DIR]``."""
+    """``broker log export STORE [--session ID] [--out FILE|DIR] [--with-time]``."""
     try:
         if args.session is None:
             if args.out is None:
@@ -278,14 +285,15 @@ def run_export(args: argparse.Namespace) -> int:
                     "pass --out, or --session ID for one session",
                     EXIT_CANNOT_RUN,
                 )
-            summary = export_all(args.store, args.out)
+            summary = export_all(args.store, args.out, with_time=args.with_time)
             print(
                 f"exported {len(summary.files)} sessions, {summary.events} events "
                 f"to {summary.directory}",
                 file=sys.stderr,
             )
             return EXIT_OK
-        text = "".join(line + "\n" for line in session_lines(args.store, args.session))
+        lines = session_lines(args.store, args.session, with_time=args.with_time)
+        text = "".join(line + "\n" for line in lines)
         if args.out is None:
             sys.stdout.write(text)
             sys.stdout.flush()

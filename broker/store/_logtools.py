@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,7 @@ __all__ = [
     "VerifySummary",
     "export_all",
     "import_file",
+    "timed_line",
     "list_sessions",
     "parse_jsonl",
     "session_file_name",
@@ -372,11 +374,25 @@ def verify_store(path: str | os.PathLike[str], *, allow_pending: bool = False) -
     )
 
 
-def session_lines(path: str | os.PathLike[str], session_id: str) -> list[str]:
-    """*session_id*'s JSON lines (no newlines), exactly as stored (read-only)."""
+def timed_line(line: str, ts_ms: int) -> str:
+    """*line* with its commit time in front: ``{"time":"2026-01-02T03:04:05.000Z","type":…}``.
+
+    The rest of the line stays byte-for-byte as stored; the time is UTC with milliseconds.
+    """
+    moment = datetime.fromtimestamp(ts_ms // 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f'{{"time":"{moment}.{ts_ms % 1000:03d}Z",{line[1:]}'
+
+
+def session_lines(
+    path: str | os.PathLike[str], session_id: str, *, with_time: bool = False
+) -> list[str]:
+    """*session_id*'s JSON lines (no newlines), exactly as stored (read-only); with
+    *with_time*, each with its commit time in front (:func:`timed_line`)."""
     with open_sqlite_reader(path) as reader:
         if reader.session(session_id) is None:
             raise _unknown_session(reader.path, session_id)
+        if with_time:
+            return [timed_line(row.line, row.ts_ms) for row in reader.rows(session_id)]
         return [row.line for row in reader.rows(session_id)]
 
 
@@ -398,10 +414,13 @@ def _write_atomically(target: Path, text: str) -> None:
     partial.replace(target)
 
 
-def export_all(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> ExportSummary:
+def export_all(
+    path: str | os.PathLike[str], directory: str | os.PathLike[str], *, with_time: bool = False
+) -> ExportSummary:
     """Export every session of the store at *path* into *directory* (created if missing): one
     ``<id>.jsonl`` per session plus ``index.json``. Existing files of the same names are
-    replaced; nothing else in the directory is touched. The store is only read.
+    replaced; nothing else in the directory is touched. The store is only read. With
+    *with_time*, each line carries its commit time (:func:`timed_line`).
     """
     out = Path(directory)
     if out.exists() and not out.is_dir():
@@ -420,7 +439,10 @@ def export_all(path: str | os.PathLike[str], directory: str | os.PathLike[str]) 
     with open_sqlite_reader(path) as reader:
         for info in reader.sessions():
             name = session_file_name(info.session_id)
-            lines = [row.line for row in reader.rows(info.session_id)]
+            lines = [
+                timed_line(row.line, row.ts_ms) if with_time else row.line
+                for row in reader.rows(info.session_id)
+            ]
             try:
                 _write_atomically(out / name, "".join(line + "\n" for line in lines))
             except OSError as exc:
