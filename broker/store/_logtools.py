@@ -56,13 +56,13 @@ __all__ = [
     "VerifySummary",
     "export_all",
     "import_file",
-    "timed_line",
     "list_sessions",
     "parse_jsonl",
     "session_file_name",
     "session_id_from_file_name",
     "session_lines",
     "show_session",
+    "timed_line",
     "verify_store",
 ]
 
