@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
+import shlex
 import subprocess
 import sys
 
@@ -204,3 +206,14 @@ def test_help_texts_are_plain_words_with_examples() -> None:
         assert ":func:" not in text, prog
     examples = {prog for prog, text in helps if "examples:" in text}
     assert examples >= {"broker", "broker demo", "broker acp", "broker chaos", "broker log"}
+
+
+def test_the_readme_error_example_is_what_broker_prints() -> None:
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
+    (block,) = re.findall(r"```console\n(.*?)```", readme, re.S)
+    command, *expected = block.splitlines()
+    argv = shlex.split(command.removeprefix("$ "))
+    assert argv[0] == "broker"
+    done = broker(*argv[1:])
+    assert done.returncode == 2
+    assert (done.stdout + done.stderr).splitlines() == expected
