@@ -109,8 +109,10 @@ def test_log_commands_on_a_damaged_store(damaged: pathlib.Path) -> None:
     )
 
 
-def test_debug_shows_the_traceback(damaged: pathlib.Path) -> None:
-    done = broker("--debug", "log", "show", str(damaged))
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_the_traceback(damaged: pathlib.Path, where: str) -> None:
+    argv = ["log", "show", str(damaged)]
+    done = broker(*(["--debug", *argv] if where == "before" else [*argv, "--debug"]))
     assert done.returncode == 1
     assert "Traceback" in done.stderr
     assert "sqlite3.DatabaseError" in done.stderr

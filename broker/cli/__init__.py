@@ -53,7 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
     _acp.register(sub)
     _chaos.register(sub)
     _log.register(sub)
+    _accept_debug_anywhere(parser)
     return parser
+
+
+def _accept_debug_anywhere(parser: argparse.ArgumentParser) -> None:
+    """Let ``--debug`` follow the sub-command too (``broker log show STORE --debug``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.add_argument(
+                    "--debug",
+                    action="store_true",
+                    default=argparse.SUPPRESS,
+                    help="show the full traceback of an error instead of one line",
+                )
+                _accept_debug_anywhere(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
