@@ -27,7 +27,7 @@ from broker import (
 )
 from broker._composition import Composition
 from broker.acp import ErrorCode, FrameRecorder, JsonRpcConnection, JsonRpcError
-from broker.acp._agent import serve_acp
+from broker.acp._agent import AcpAgent, serve_acp
 from broker.acp._answerer import AcpAnswerer
 from broker.agent import Scenario
 from broker.scenarios import scenario_path
@@ -95,6 +95,7 @@ class Client:
     conn: JsonRpcConnection
     broker: Broker
     recorder: FrameRecorder
+    agent: AcpAgent | None = None
     permission_params: list[dict[str, Any]] = attrs.field(factory=list)
     updates: list[dict[str, Any]] = attrs.field(factory=list)
 
@@ -144,7 +145,9 @@ async def acp(
         client_conn.on_request("session/request_permission", permission)
         client_conn.on_notification("session/update", client.updates.append)
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_acp, agent_conn, broker, comp or composition(), executor)
+            client.agent = await nursery.start(
+                serve_acp, agent_conn, broker, comp or composition(), executor
+            )
             await nursery.start(client_conn.serve)
             init = await client_conn.request("initialize", {"protocolVersion": 1})
             assert init["protocolVersion"] == 1
@@ -487,3 +490,35 @@ async def test_a_question_about_an_unknown_call_still_says_why() -> None:
             "content": [{"type": "content", "content": {"type": "text", "text": "ship it"}}],
         }
     ]
+
+
+async def test_a_prompt_cancelled_mid_question_forgets_its_tool_calls(
+    executor: BubblewrapExecutor, tmp_path: pathlib.Path
+) -> None:
+    """The answerer's map of running calls does not keep a call whose prompt was cancelled."""
+    asked = trio.Event()
+
+    async def hold(params: dict[str, Any]) -> Any:
+        asked.set()
+        await trio.sleep_forever()
+
+    ws = workspace(tmp_path)
+    with trio.fail_after(30):
+        async with acp(executor, hold) as client:
+            sid = await client.new_session(ws)
+            async with trio.open_nursery() as nursery:
+
+                async def prompt() -> None:
+                    await client.prompt(sid)
+
+                nursery.start_soon(prompt)
+                await asked.wait()
+                assert client.agent is not None
+                running = client.agent.sessions[sid].calls
+                assert list(running) == ["call_escalate"]
+                # Our request is cancelled: the client connection sends $/cancel_request.
+                nursery.cancel_scope.cancel(reason="the test withdraws the prompt")
+            await trio.testing.wait_all_tasks_blocked()
+            assert client.agent.sessions[sid].prompt_signal is None  # the handler has ended
+            assert running == {}
+            assert client.agent.sessions[sid].session.is_open

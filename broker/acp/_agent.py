@@ -88,6 +88,8 @@ class _AcpSession:
 
     session: Session
     loop: AgentLoop
+    #: The running tool calls by id (shared with the session's _Updates and AcpAnswerer).
+    calls: dict[str, RuntimeToolCall] = attrs.field(factory=dict)
     prompt_signal: AbortSignal | None = None
     arrived: collections.deque[AbortSignal] = attrs.field(factory=collections.deque)
 
@@ -214,7 +216,7 @@ class AcpAgent:
             calls=updates.calls,
         )
         await session.start_answerer(answerer)
-        self.sessions[session.id] = _AcpSession(session=session, loop=loop)
+        self.sessions[session.id] = _AcpSession(session=session, loop=loop, calls=updates.calls)
         return to_wire(NewSessionResponse(session_id=session.id))
 
     def _prompt_arrived(self, params: Any) -> None:
@@ -249,6 +251,9 @@ class AcpAgent:
             result = await acp.loop.prompt("\n".join(parts), signal=signal)
         finally:
             acp.prompt_signal = None
+            # A prompt cancelled mid-call (the client's $/cancel_request) never reports the
+            # call's result; no question about it can come after its prompt.
+            acp.calls.clear()
         return to_wire(PromptResponse(stop_reason=_STOP[result.stop_reason]))
 
     def _cancel(self, params: Any) -> None:
