@@ -486,8 +486,11 @@ class Broker:
             async with trio.open_nursery() as closers:
                 for session in list(self._sessions.values()):
                     closers.start_soon(session.aclose)
+            await trio.lowlevel.checkpoint()
+        # Last, with no checkpoint after it: open_broker calls this in a `finally` inside the
+        # root nursery, where a checkpoint would raise Cancelled and replace (swallow) the
+        # exception the block is leaving with.
         self._nursery.cancel_scope.cancel(reason="broker closed")
-        await trio.lowlevel.checkpoint()
 
 
 async def _watch_event(event: trio.Event, flight: Flight) -> None:
