@@ -23,7 +23,10 @@ ASYNC_TESTS := --disable=ASYNC124,ASYNC910,ASYNC911,ASYNC912 \
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	# compat: a .pth with the checkout on sys.path, which mypy follows (the default editable
+	# mode uses an import hook mypy cannot see) and which picks up new modules without a
+	# reinstall. Downstream projects use editable_mode=strict instead (see the README).
+	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # bubblewrap is the real sandbox of the bash tool; Node.js runs the official TypeScript ACP

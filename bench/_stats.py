@@ -14,9 +14,10 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 
 def summary_us(samples_ns: Sequence[int]) -> dict[str, float]:
-    """p50/p90/p99/mean of nanosecond samples, in microseconds."""
+    """p10/p50/p90/p99/mean of nanosecond samples, in microseconds."""
     us = [s / 1000 for s in samples_ns]
     return {
+        "p10": percentile(us, 10),
         "p50": percentile(us, 50),
         "p90": percentile(us, 90),
         "p99": percentile(us, 99),

@@ -33,11 +33,12 @@ class Figure:
 
 @attrs.frozen(kw_only=True)
 class Result:
-    """A benchmark's figures, plus plot panels (title -> line name -> [(x, y)]) and notes."""
+    """A benchmark's figures, plus plot panels (``"<y> vs <x>"`` title -> line name ->
+    [(x, y) or (x, y, low, high)], see ``bench/_plot.py``) and notes."""
 
     name: str
     figures: tuple[Figure, ...]
-    series: dict[str, dict[str, list[tuple[float, float]]]] = attrs.field(factory=dict)
+    series: dict[str, dict[str, list[tuple[float, ...]]]] = attrs.field(factory=dict)
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -59,7 +60,7 @@ def print_figures(result: Result) -> None:
     for title, lines in result.series.items():
         print(title)
         for name, points in lines.items():
-            print(f"  {name}: " + ", ".join(f"{x:,.0f} -> {y:,.1f}" for x, y in points))
+            print(f"  {name}: " + ", ".join(f"{p[0]:,.0f} -> {p[1]:,.1f}" for p in points))
 
 
 def standalone(measure: Callable[[bool], Result], doc: str | None) -> int:

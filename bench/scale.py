@@ -92,9 +92,9 @@ async def floor_per_actor(count: int) -> float:
     return (after - before) / count
 
 
-async def latency_pair(count: int, asks: int) -> tuple[float, float]:
-    """p50 ask latency with *count* live sessions, and with 1, in alternating blocks of one
-    run (both brokers alive at once), so machine drift hits both alike."""
+async def latency_pair(count: int, asks: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Ask latency summaries (:func:`summary_us`) with *count* live sessions, and with 1, in
+    alternating blocks of one run (both brokers alive at once), so drift hits both alike."""
     async with open_broker(store=MemoryStore()) as crowd, open_broker(store=MemoryStore()) as one:
         sessions = await _open(crowd, count, Progress(f"latency: {count} sessions", count))
         alone = (await _open(one, 1))[0]
@@ -115,7 +115,7 @@ async def latency_pair(count: int, asks: int) -> tuple[float, float]:
                         start = time.perf_counter_ns()
                         await broker.request(request)
                         samples[name].append(time.perf_counter_ns() - start)
-    return summary_us(samples["crowd"])["p50"], summary_us(samples["one"])["p50"]
+    return summary_us(samples["crowd"]), summary_us(samples["one"])
 
 
 async def measure_async(quick: bool) -> Result:
@@ -125,8 +125,11 @@ async def measure_async(quick: bool) -> Result:
     per_session = await memory_per_session(memory_n)
     floor = await floor_per_actor(memory_n)
     measured = [(n, *await latency_pair(n, asks)) for n in counts]
-    latencies = [(n, crowd) for n, crowd, _ in measured]
-    _, most, one = measured[-1]
+    latencies: list[tuple[float, ...]] = [
+        (float(n), c["p50"], c["p10"], c["p90"]) for n, c, _ in measured
+    ]
+    _, crowd, alone = measured[-1]
+    most, one = crowd["p50"], alone["p50"]
     return Result(
         name="scale",
         figures=(
@@ -151,7 +154,7 @@ async def measure_async(quick: bool) -> Result:
         ),
         series={
             "ask latency p50 (µs) vs live sessions": {
-                "broker.request(), in-memory store": [(float(n), v) for n, v in latencies]
+                "broker.request(), in-memory store": latencies
             }
         },
     )

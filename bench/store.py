@@ -384,7 +384,7 @@ async def _suite(quick: bool) -> Result:
     """One run per size (the suite's time budget), through the broker and direct on the store."""
     sizes = [1, 16, 256, 1024]
     asks = 256 if quick else 4096
-    series: dict[str, list[tuple[float, float]]] = {
+    series: dict[str, list[tuple[float, ...]]] = {
         "durable asks/s through the broker": [],
         "durable asks/s, store appends": [],
         "raw batched sqlite3 (a)": [],

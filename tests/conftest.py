@@ -9,7 +9,7 @@ from broker import MemoryStore, encode_event
 if TYPE_CHECKING:
     from broker import Broker, Event, Session
 
-pytest_plugins = ["broker.testing"]
+pytest_plugins = ["broker.testing", "pytester"]
 
 
 def log_of(broker: Broker, session: Session) -> list[Event]:

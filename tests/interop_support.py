@@ -48,6 +48,29 @@ PERMISSION_OPTIONS = [
     {"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
     {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
 ]
+ESCALATE_COMMAND = "echo escalated > escalated.txt && cat escalated.txt"
+ESCALATE_JUSTIFICATION = "the user asked to write escalated.txt in the workspace"
+#: The permission request's toolCall as the SDK hands it to the editor: what is asked and why.
+ESCALATE_TOOL_CALL = {
+    "toolCallId": "call_escalate",
+    "kind": "execute",
+    "title": ESCALATE_COMMAND,
+    "content": [
+        {
+            "type": "content",
+            "content": {
+                "type": "text",
+                "text": f"run `{ESCALATE_COMMAND}` with workspace-write access: "
+                f"{ESCALATE_JUSTIFICATION}",
+            },
+        }
+    ],
+    "rawInput": {
+        "command": ESCALATE_COMMAND,
+        "sandbox_permissions": "workspace-write",
+        "justification": ESCALATE_JUSTIFICATION,
+    },
+}
 REJECTED = 'Error: the user rejected escalating this command to "workspace-write"'
 CANCELLED = 'Error: approval for escalating to "workspace-write" was cancelled'
 UNAVAILABLE = (
@@ -234,7 +257,7 @@ def check_common(run: InteropRun) -> None:
         run,
         "session/update notifications the SDK delivered vs the agent sent",
     )
-    # The permission request, exactly as spec 8.4 words it, once per session.
+    # The permission request, as spec 8.4 words it plus what is asked, once per session.
     for session_id in run.session_ids:
         asked = [
             p["params"]
@@ -246,7 +269,7 @@ def check_common(run: InteropRun) -> None:
             [
                 {
                     "sessionId": session_id,
-                    "toolCall": {"toolCallId": "call_escalate"},
+                    "toolCall": ESCALATE_TOOL_CALL,
                     "options": PERMISSION_OPTIONS,
                 }
             ],

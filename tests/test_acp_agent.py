@@ -27,7 +27,7 @@ from broker import (
 )
 from broker._composition import Composition
 from broker.acp import ErrorCode, FrameRecorder, JsonRpcConnection, JsonRpcError
-from broker.acp._agent import serve_acp
+from broker.acp._agent import AcpAgent, serve_acp
 from broker.acp._answerer import AcpAnswerer
 from broker.agent import Scenario
 from broker.scenarios import scenario_path
@@ -43,6 +43,29 @@ PERMISSION_OPTIONS = [
     {"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
     {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
 ]
+ESCALATE_COMMAND = "echo escalated > escalated.txt && cat escalated.txt"
+ESCALATE_JUSTIFICATION = "the user asked to write escalated.txt in the workspace"
+#: What the editor's prompt gets to show: the command, the modes and why (spec 8.4 + issue 14).
+ESCALATE_TOOL_CALL = {
+    "toolCallId": "call_escalate",
+    "kind": "execute",
+    "title": ESCALATE_COMMAND,
+    "content": [
+        {
+            "type": "content",
+            "content": {
+                "type": "text",
+                "text": f"run `{ESCALATE_COMMAND}` with workspace-write access: "
+                f"{ESCALATE_JUSTIFICATION}",
+            },
+        }
+    ],
+    "rawInput": {
+        "command": ESCALATE_COMMAND,
+        "sandbox_permissions": "workspace-write",
+        "justification": ESCALATE_JUSTIFICATION,
+    },
+}
 
 
 @pytest.fixture
@@ -72,6 +95,7 @@ class Client:
     conn: JsonRpcConnection
     broker: Broker
     recorder: FrameRecorder
+    agent: AcpAgent | None = None
     permission_params: list[dict[str, Any]] = attrs.field(factory=list)
     updates: list[dict[str, Any]] = attrs.field(factory=list)
 
@@ -121,7 +145,9 @@ async def acp(
         client_conn.on_request("session/request_permission", permission)
         client_conn.on_notification("session/update", client.updates.append)
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_acp, agent_conn, broker, comp or composition(), executor)
+            client.agent = await nursery.start(
+                serve_acp, agent_conn, broker, comp or composition(), executor
+            )
             await nursery.start(client_conn.serve)
             init = await client_conn.request("initialize", {"protocolVersion": 1})
             assert init["protocolVersion"] == 1
@@ -148,7 +174,7 @@ async def test_allow_once_runs_the_escalated_write(
     assert client.permission_params == [
         {
             "sessionId": sid,
-            "toolCall": {"toolCallId": "call_escalate"},
+            "toolCall": ESCALATE_TOOL_CALL,
             "options": PERMISSION_OPTIONS,
         }
     ]
@@ -184,6 +210,33 @@ async def test_allow_once_runs_the_escalated_write(
             'Error: approval for escalating to "workspace-write" was cancelled',
         ),
         (
+            # The schema leaves the answer open: a newer client's extra keys are ignored.
+            {
+                "outcome": {"outcome": "selected", "optionId": "allow-once", "scope": "cmd"},
+                "remember": False,
+            },
+            Outcome.ALLOWED_ONCE,
+            "escalated",
+        ),
+        (
+            {"outcome": {"outcome": "cancelled", "reason": "window closed"}},
+            Outcome.CANCELLED,
+            'Error: approval for escalating to "workspace-write" was cancelled',
+        ),
+        (
+            # Closed where the schema is closed: an unknown tag or a wrong type fails closed.
+            {"outcome": {"outcome": "approved", "optionId": "allow-once"}},
+            Outcome.UNAVAILABLE,
+            'Error: sandbox escalation to "workspace-write" requires approval, but no approval '
+            "channel is available",
+        ),
+        (
+            {"outcome": {"outcome": "selected", "optionId": 1}},
+            Outcome.UNAVAILABLE,
+            'Error: sandbox escalation to "workspace-write" requires approval, but no approval '
+            "channel is available",
+        ),
+        (
             {"outcome": "bogus"},
             Outcome.UNAVAILABLE,
             'Error: sandbox escalation to "workspace-write" requires approval, but no approval '
@@ -205,7 +258,8 @@ async def test_answers_map_to_outcomes(
             assert await client.prompt(sid) == "end_turn"
     assert client.decided(sid) == [outcome]
     assert client.tool_results(sid)[1] == text
-    assert list(ws.iterdir()) == []
+    landed = [p.name for p in ws.iterdir()]
+    assert landed == (["escalated.txt"] if outcome is Outcome.ALLOWED_ONCE else [])
 
 
 async def test_client_error_is_unavailable(
@@ -404,3 +458,67 @@ async def test_the_answerer_delegates_foreign_and_callless_questions() -> None:
                     assert await broker.request(foreign) is Outcome.REJECTED
                     assert await broker.request(callless) is Outcome.REJECTED
     assert calls == []
+
+
+async def test_a_question_about_an_unknown_call_still_says_why() -> None:
+    """Without the call's arguments the prompt still carries the tool and the reason."""
+    sent: list[Any] = []
+
+    class Recording:
+        async def request(self, method: str, params: Any) -> Any:
+            await trio.lowlevel.checkpoint()
+            sent.append(params)
+            return ALLOW
+
+    async with open_broker() as broker, broker.open_session() as session:
+        answerer = AcpAnswerer(
+            connection=cast(JsonRpcConnection, Recording()),
+            acp_session_id=session.id,
+            agent=session.agent,
+            broker=broker,
+            deadline=5,
+        )
+        async with broker.answerer(answerer), session.turn():
+            req = ApprovalRequest(
+                agent=session.agent, tool_name="deploy", call_id="c1", reason="ship it"
+            )
+            assert await broker.request(req) is Outcome.ALLOWED_ONCE
+    assert [p["toolCall"] for p in sent] == [
+        {
+            "toolCallId": "c1",
+            "title": "deploy",
+            "content": [{"type": "content", "content": {"type": "text", "text": "ship it"}}],
+        }
+    ]
+
+
+async def test_a_prompt_cancelled_mid_question_forgets_its_tool_calls(
+    executor: BubblewrapExecutor, tmp_path: pathlib.Path
+) -> None:
+    """The answerer's map of running calls does not keep a call whose prompt was cancelled."""
+    asked = trio.Event()
+
+    async def hold(params: dict[str, Any]) -> Any:
+        asked.set()
+        await trio.sleep_forever()
+
+    ws = workspace(tmp_path)
+    with trio.fail_after(30):
+        async with acp(executor, hold) as client:
+            sid = await client.new_session(ws)
+            async with trio.open_nursery() as nursery:
+
+                async def prompt() -> None:
+                    await client.prompt(sid)
+
+                nursery.start_soon(prompt)
+                await asked.wait()
+                assert client.agent is not None
+                running = client.agent.sessions[sid].calls
+                assert list(running) == ["call_escalate"]
+                # Our request is cancelled: the client connection sends $/cancel_request.
+                nursery.cancel_scope.cancel(reason="the test withdraws the prompt")
+            await trio.testing.wait_all_tasks_blocked()
+            assert client.agent.sessions[sid].prompt_signal is None  # the handler has ended
+            assert running == {}
+            assert client.agent.sessions[sid].session.is_open

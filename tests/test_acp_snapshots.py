@@ -316,7 +316,14 @@ async def test_escalation_approved(tmp_path: pathlib.Path) -> None:
     first, final = run.client.tool_results()
     assert "[sandbox: file access denied under read-only mode]" in first
     assert final == "escalated"
-    assert [p["toolCall"] for p, _ in run.client.permissions] == [{"toolCallId": "call_escalate"}]
+    (asked,) = [p["toolCall"] for p, _ in run.client.permissions]
+    # What the editor's prompt shows: the command, the wider mode and the justification.
+    assert asked["toolCallId"] == "call_escalate"
+    assert asked["title"] == "echo escalated > escalated.txt && cat escalated.txt"
+    assert asked["rawInput"]["sandbox_permissions"] == "workspace-write"
+    assert asked["content"][0]["content"]["text"].endswith(
+        "with workspace-write access: the user asked to write escalated.txt in the workspace"
+    )
     assert run.decided() == ["allowed-once"]
 
 

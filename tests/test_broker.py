@@ -665,3 +665,13 @@ async def test_a_decision_made_is_recorded_even_if_the_caller_is_cancelled_right
     assert results == [Outcome.UNAVAILABLE, "cancelled at the next checkpoint"]
     [(_, decided)] = pairs(approval_broker, approval_session)
     assert decided.outcome is Outcome.UNAVAILABLE
+
+
+async def test_an_error_inside_the_open_broker_block_propagates() -> None:
+    """Closing the broker must not swallow the exception the block is leaving with (it did:
+    a checkpoint after cancelling the root nursery raised Cancelled in its place), nor wrap
+    it in a group (the root nursery is a detail; see tests/test_propagation.py)."""
+    with trio.fail_after(5):
+        with pytest.raises(LookupError, match=r"^from the block$"):
+            async with open_broker() as broker, broker.open_session():
+                raise LookupError("from the block")

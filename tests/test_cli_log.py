@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -143,6 +144,24 @@ def test_export_one_session(
     assert out.read_text(encoding="utf-8") == expected
 
 
+def test_export_with_time_keeps_the_timestamps(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("log", "export", str(store), "--session", "s", "--with-time") == 0
+    lines = capsys.readouterr().out.splitlines()
+    times = [json.loads(line)["time"] for line in lines]
+    assert times[0] == "2026-01-02T03:04:05.000Z"
+    assert times[-1] == "2026-01-02T03:04:07.001Z"
+    assert times == sorted(times)
+    # The rest of each line is the stored, seed-compatible line, byte for byte.
+    assert [re.sub(r'^\{"time":"[^"]*",', "{", line) for line in lines] == [
+        encode_event(event) for event in EVENTS
+    ]
+    out = tmp_path / "all"
+    assert run("log", "export", str(store), "--out", str(out), "--with-time") == 0
+    assert (out / "s.jsonl").read_text(encoding="utf-8").splitlines() == lines
+
+
 def test_export_all_needs_a_directory(
     store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -163,6 +182,8 @@ def test_import_round_trip_and_errors(
     exported = tmp_path / "s.jsonl"
     assert run("log", "export", str(store), "--session", "s", "--out", str(exported)) == 0
     copy = tmp_path / "copy.db"
+    assert run("log", "import", str(copy), str(exported), "--session", "root") == 0
+    capsys.readouterr()
     assert run("log", "import", str(copy), str(exported), "--parent", "root") == 0
     assert capsys.readouterr().out == "imported 6 events as session 's'\n"
     assert run("log", "import", str(copy), str(exported)) == 1

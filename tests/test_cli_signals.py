@@ -98,7 +98,7 @@ def test_ctrl_c_at_the_demo_prompt_settles_and_exits_130(tmp_path: pathlib.Path)
         )
     try:
         deadline = time.monotonic() + 60
-        before = _read_until(fd, b"answer: ", deadline)
+        before = _read_until(fd, b"answer [a/r]: ", deadline)
         os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT to the foreground group
         after = _drain(fd, time.monotonic() + 20)
         _, status = os.waitpid(pid, 0)

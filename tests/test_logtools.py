@@ -439,11 +439,12 @@ async def test_import_round_trips_an_export_byte_for_byte(good: Path, tmp_path: 
     export_all(good, out)
     target = tmp_path / "copy.db"
     with trio.fail_after(10):
+        await import_file(target, out / "s.jsonl", session_id="p")
         summary = await import_file(target, out / "s.jsonl", parent_id="p")
     assert (summary.session_id, summary.parent_id, summary.events) == ("s", "p", 5)
     assert summary.recovery.clean
     assert session_lines(target, "s") == session_lines(good, "s")
-    assert list_sessions(target)[0].parent_id == "p"
+    assert {s.session_id: s.parent_id for s in list_sessions(target)} == {"p": None, "s": "p"}
     verify_store(target)
 
 
@@ -547,3 +548,35 @@ def test_parse_jsonl_accepts_a_missing_final_newline() -> None:
     text = encode_event(TurnStart(turn=1)) + "\n" + encode_event(ApprovalGrant(tool_name="x"))
     assert parse_jsonl(text, source="f") == [TurnStart(turn=1), ApprovalGrant(tool_name="x")]
     assert parse_jsonl("", source="f") == []
+
+
+async def test_import_refuses_an_empty_file_and_an_unknown_parent(
+    good: Path, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    target = tmp_path / "target.db"
+    with trio.fail_after(10):
+        with pytest.raises(
+            LogToolError,
+            match=rf"^import file '{re.escape(str(empty))}' has no events: pass a file written "
+            r"by `broker log export` \(one JSON event per line\)$",
+        ):
+            await import_file(target, empty)
+        assert not target.exists()
+        out = tmp_path / "export"
+        export_all(good, out)
+        with pytest.raises(
+            LogToolError,
+            match=r"^parent session 'nope' is not in store file '.*target\.db' \(the file does "
+            r"not exist yet\): import the parent session first, or leave out --parent$",
+        ):
+            await import_file(target, out / "s.jsonl", parent_id="nope")
+        await import_file(target, out / "s.jsonl", session_id="other")
+        with pytest.raises(
+            LogToolError,
+            match=r"^parent session 'nope' is not in store file '.*target\.db': import the "
+            r"parent session first, or leave out --parent$",
+        ):
+            await import_file(target, out / "s.jsonl", parent_id="nope")
+    assert [s.session_id for s in list_sessions(target)] == ["other"]

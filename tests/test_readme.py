@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import subprocess
 import sys
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+SNAPSHOT = (
+    pathlib.Path(__file__).resolve().parent / "snapshots" / "escalation-approved.frames.jsonl"
+)
 
 
 def test_the_readme_example_runs(tmp_path: pathlib.Path) -> None:
@@ -23,3 +27,20 @@ def test_the_readme_example_runs(tmp_path: pathlib.Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_readme_shows_the_recorded_permission_prompt() -> None:
+    """The editor prompt in the README is the recorded frame of the escalation snapshot."""
+    blocks = re.findall(r"```json\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    shown = [
+        frame
+        for frame in map(json.loads, blocks)
+        if frame.get("method") == "session/request_permission"
+    ]
+    recorded = [
+        line["frame"]
+        for line in map(json.loads, SNAPSHOT.read_text(encoding="utf-8").splitlines())
+        if line["frame"].get("method") == "session/request_permission"
+    ]
+    assert shown == recorded
+    assert shown[0]["params"]["toolCall"]["rawInput"]["justification"]

@@ -65,3 +65,36 @@ async def test_steps_can_delegate_or_be_functions(
     assert outcomes == [Outcome.ALLOWED_ONCE, Outcome.REJECTED]
     with pytest.raises(AssertionError, match=r"^scripted answerer has 1 unused step\(s\)"):
         ScriptedAnswerer([Outcome.REJECTED]).assert_exhausted()
+
+
+DOWNSTREAM_TEST = """
+from broker import ApprovalRequest, Outcome
+
+
+async def test_leaves_a_step(approval_broker, approval_session, scripted_answerer):
+    scripted_answerer.push(Outcome.ALLOWED_ONCE, Outcome.REJECTED)
+    async with approval_session.turn():
+        req = ApprovalRequest(agent=approval_session.agent, tool_name="bash")
+        assert await approval_broker.request(req) is Outcome.ALLOWED_ONCE
+"""
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_the_ini_option_fails_a_test_that_leaves_steps_unused(
+    pytester: pytest.Pytester, strict: bool
+) -> None:
+    pytester.makeconftest('pytest_plugins = ["broker.testing"]\n')
+    pytester.makeini(
+        "[pytest]\ntrio_mode = true\n"
+        + ("approval_fail_on_unused_steps = true\n" if strict else "")
+    )
+    pytester.makepyfile(test_downstream=DOWNSTREAM_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    if strict:
+        # pytest-trio runs async fixtures inside the test: a teardown failure fails the test.
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(
+            ["*scripted answerer has 1 unused step(s): [<Outcome.REJECTED*"]
+        )
+    else:
+        result.assert_outcomes(passed=1)

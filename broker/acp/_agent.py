@@ -32,7 +32,8 @@ from .._errors import ResumeError
 from .._events import AgentMessage, Event, ToolCalled, ToolResulted, UserMessage
 from .._signal import AbortSignal
 from ..agent._loop import LoopObserver, StopReason
-from ._answerer import AcpAnswerer
+from ..tools._call import ToolCall as RuntimeToolCall
+from ._answerer import AcpAnswerer, describe_tool_call
 from ._errors import ConnectionClosed, ErrorCode, JsonRpcError, WireDecodeError
 from ._wire import (
     PROTOCOL_VERSION,
@@ -57,7 +58,6 @@ from ._wire import (
     ToolCallContentBlock,
     ToolCallStatus,
     ToolCallUpdate,
-    ToolKind,
     UserMessageChunk,
     from_wire,
     params_from_wire,
@@ -70,7 +70,6 @@ if TYPE_CHECKING:
     from .._composition import Composition
     from .._session import Session
     from ..agent._loop import AgentLoop
-    from ..tools._call import ToolCall as RuntimeToolCall
     from ..tools._call import ToolResult
     from ..tools._sandbox import BubblewrapExecutor, PlainExecutor
     from ._jsonrpc import JsonRpcConnection
@@ -97,16 +96,24 @@ class _AcpSession:
 
     session: Session
     loop: AgentLoop
+    #: The running tool calls by id (shared with the session's _Updates and AcpAnswerer).
+    calls: dict[str, RuntimeToolCall] = attrs.field(factory=dict)
     prompt_signal: AbortSignal | None = None
     arrived: collections.deque[AbortSignal] = attrs.field(factory=collections.deque)
 
 
 @attrs.define(eq=False)
 class _Updates(LoopObserver):
-    """Streams the loop's progress to the client as ``session/update`` notifications."""
+    """Streams the loop's progress to the client as ``session/update`` notifications.
+
+    It also keeps the session's running tool calls by id in *calls*, from ``tool_call`` to its
+    result, so the session's :class:`AcpAnswerer` can tell the client what a permission
+    question is about (the approval request itself carries no tool arguments, spec 1).
+    """
 
     connection: JsonRpcConnection
     session_id: str
+    calls: dict[str, RuntimeToolCall] = attrs.field(factory=dict)
 
     async def _send(self, update: SessionUpdate) -> None:
         notification = SessionNotification(session_id=self.session_id, update=update)
@@ -120,21 +127,23 @@ class _Updates(LoopObserver):
         await self._send(AgentMessageChunk(content=TextContent(text=text)))
 
     async def on_tool_call(self, call: RuntimeToolCall) -> None:
-        await self._send(_tool_call(call.id, call.name, call.arguments))
+        # Before any gate or approval: the answerer finds the call here while it asks.
+        self.calls[call.id] = call
+        await self._send(_tool_call(call))
 
     async def on_tool_result(self, call: RuntimeToolCall, result: ToolResult) -> None:
+        self.calls.pop(call.id, None)
         await self._send(_tool_result(call.id, result.output, result.is_error or result.failed))
 
 
-def _tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> ToolCall:
-    command = arguments.get("command")
-    title = command if name == "bash" and isinstance(command, str) else name
+def _tool_call(call: RuntimeToolCall) -> ToolCall:
+    title, kind = describe_tool_call(call)
     return ToolCall(
-        tool_call_id=call_id,
+        tool_call_id=call.id,
         title=title,
-        kind=ToolKind.EXECUTE if name == "bash" else ToolKind.OTHER,
+        kind=kind,
         status=ToolCallStatus.PENDING,
-        raw_input=arguments,
+        raw_input=call.arguments,
     )
 
 
@@ -157,7 +166,8 @@ def _replayed(event: Event) -> SessionUpdate | None:
     if isinstance(event, AgentMessage):
         return AgentMessageChunk(content=TextContent(text=event.text))
     if isinstance(event, ToolCalled):
-        return _tool_call(event.call_id, event.tool_name, event.input)
+        call = RuntimeToolCall(id=event.call_id, name=event.tool_name, arguments=event.input)
+        return _tool_call(call)
     if isinstance(event, ToolResulted):
         # A failed command without a tool error is not recorded apart: is_error is what is kept.
         return _tool_result(event.call_id, event.output, event.is_error)
@@ -230,12 +240,13 @@ class AcpAgent:
 
     async def _attach(self, session: Session, workspace: pathlib.Path) -> None:
         """Give *session* its loop and its ACP answerer, and put it in this connection's map."""
+        updates = _Updates(connection=self.connection, session_id=session.id)
         loop = self.composition.build_loop(
             broker=self.broker,
             session=session,
             workspace=workspace,
             executor=self.executor,
-            observer=_Updates(connection=self.connection, session_id=session.id),
+            observer=updates,
         )
         answerer = AcpAnswerer(
             connection=self.connection,
@@ -244,9 +255,10 @@ class AcpAgent:
             broker=self.broker,
             deadline=self.composition.permission_deadline,
             allow_always=self.composition.allow_always,
+            calls=updates.calls,
         )
         await session.start_answerer(answerer)
-        self.sessions[session.id] = _AcpSession(session=session, loop=loop)
+        self.sessions[session.id] = _AcpSession(session=session, loop=loop, calls=updates.calls)
 
     def _prompt_arrived(self, params: Any) -> None:
         # Runs inline in the reader, in wire order with session/cancel (see _AcpSession).
@@ -280,6 +292,9 @@ class AcpAgent:
             result = await acp.loop.prompt("\n".join(parts), signal=signal)
         finally:
             acp.prompt_signal = None
+            # A prompt cancelled mid-call (the client's $/cancel_request) never reports the
+            # call's result; no question about it can come after its prompt.
+            acp.calls.clear()
         return to_wire(PromptResponse(stop_reason=_STOP[result.stop_reason]))
 
     def _cancel(self, params: Any) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -17,7 +18,10 @@ from ._wire import (
     PermissionOptionKind,
     RequestPermissionRequest,
     RequestPermissionResponse,
+    TextContent,
+    ToolCallContentBlock,
     ToolCallUpdate,
+    ToolKind,
     from_wire,
     to_wire,
 )
@@ -27,9 +31,10 @@ if TYPE_CHECKING:
     from .._answerers import AnswerNext
     from .._broker import Broker
     from .._request import ApprovalRequest
+    from ..tools._call import ToolCall as RuntimeToolCall
     from ._jsonrpc import JsonRpcConnection
 
-__all__ = ["ALLOW_ALWAYS", "ALLOW_ONCE", "REJECT_ONCE", "AcpAnswerer"]
+__all__ = ["ALLOW_ALWAYS", "ALLOW_ONCE", "REJECT_ONCE", "AcpAnswerer", "describe_tool_call"]
 
 log = logging.getLogger("broker.acp")
 
@@ -44,6 +49,38 @@ ALLOW_ALWAYS = PermissionOption(
 )
 
 
+def describe_tool_call(call: RuntimeToolCall) -> tuple[str, ToolKind]:
+    """The title and kind a client shows for *call* (a bash call's title is its command)."""
+    command = call.arguments.get("command")
+    if call.name == "bash":
+        return (command if isinstance(command, str) else call.name), ToolKind.EXECUTE
+    return call.name, ToolKind.OTHER
+
+
+def permission_tool_call(
+    call_id: str, req: ApprovalRequest, call: RuntimeToolCall | None
+) -> ToolCallUpdate:
+    """The ``toolCall`` of the permission request for *req* (call *call_id*): what is asked, and
+    why.
+
+    *call* is the running tool call with that id, when the agent knows it: its title, kind and
+    arguments (``rawInput``: the command, the requested sandbox mode, the justification) go
+    along, so the client's prompt can show them. The reason becomes one text content block
+    (the display reason when there is one: it is written for people, and never logged).
+    """
+    reason = req.display_reason or req.reason
+    content = (
+        (ToolCallContentBlock(content=TextContent(text=reason)),) if reason is not None else None
+    )
+    if call is None:
+        return ToolCallUpdate(tool_call_id=call_id, title=req.tool_name, content=content)
+    title, kind = describe_tool_call(call)
+    raw_input: Any = dict(call.arguments)
+    return ToolCallUpdate(
+        tool_call_id=call_id, title=title, kind=kind, content=content, raw_input=raw_input
+    )
+
+
 @attrs.define(eq=False)
 class AcpAnswerer:
     """Answers the questions of exactly one agent (by identity) that carry a ``call_id``.
@@ -56,6 +93,10 @@ class AcpAnswerer:
     JSON-RPC error, a broken connection, a malformed answer, or no answer before the deadline
     → ``unavailable``. A withdrawn question cancels the request: the client is sent
     ``$/cancel_request`` and a late answer is dropped.
+
+    *calls* is the session's running tool calls by id (kept by the agent's update stream):
+    the permission request's ``toolCall`` carries the title, kind, ``rawInput`` and reason of
+    the call being asked about (:func:`permission_tool_call`).
     """
 
     connection: JsonRpcConnection
@@ -64,6 +105,7 @@ class AcpAnswerer:
     broker: Broker
     deadline: float
     allow_always: bool = False
+    calls: Mapping[str, RuntimeToolCall] = attrs.field(factory=dict)
 
     async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome:
         """Ask the client. Cancellation (the question withdrawn): the client's request is
@@ -74,7 +116,7 @@ class AcpAnswerer:
         params = to_wire(
             RequestPermissionRequest(
                 session_id=self.acp_session_id,
-                tool_call=ToolCallUpdate(tool_call_id=req.call_id),
+                tool_call=permission_tool_call(req.call_id, req, self.calls.get(req.call_id)),
                 options=options,
             )
         )

@@ -5,13 +5,17 @@ the converter renames them to camelCase and omits unset optionals. Only what the
 needs is modelled: ``initialize``, ``session/new``, ``session/prompt``, ``session/cancel``,
 ``session/update`` (three variants) and the client method ``session/request_permission``.
 
-Decoding is strict, with two deliberate tolerances (see ``design/acp-wire.md``):
+Decoding is strict, with three deliberate tolerances (see ``design/acp-wire.md``):
 
 * ``_meta`` (ACP's extension point, allowed on every object) is accepted and dropped: we never
   act on it, and it never reaches our values.
 * The ``initialize`` params and everything inside them (capabilities, ``clientInfo``) ignore
   unknown keys: clients add capabilities within protocol version 1 and send them before any
   negotiation, so a newer client must still be able to shake hands.
+* The answer to ``session/request_permission`` (the response and both outcome variants)
+  ignores unknown keys: the schema leaves those objects open, and a newer client's extra key
+  must not turn a real *Allow* into ``unavailable``. Wrong types and unknown outcome tags are
+  still refused (the answerer then fails closed).
 
 Everything else rejects unknown keys (ACP forbids custom root fields: they belong in
 ``_meta``), JSON values of the wrong type (no ``"1"`` for ``1``, no ``"false"`` for ``false``)
@@ -551,7 +555,17 @@ class CancelNotification:
 
 _META = "_meta"
 _TOLERANT: frozenset[type[Any]] = frozenset(
-    {InitializeRequest, ClientCapabilities, FileSystemCapabilities, Implementation}
+    {
+        InitializeRequest,
+        ClientCapabilities,
+        FileSystemCapabilities,
+        Implementation,
+        # The schema leaves the permission answer open (no additionalProperties: false): a
+        # newer client's extra key must not turn a real "Allow" into `unavailable`.
+        RequestPermissionResponse,
+        CancelledPermissionOutcome,
+        SelectedPermissionOutcome,
+    }
 )
 
 

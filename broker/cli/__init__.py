@@ -5,30 +5,82 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
+from .. import __version__
 from . import _acp, _chaos, _demo, _hooks, _log
+from ._errors import EXIT_USAGE, run_command
 
 __all__ = ["main"]
+
+DESCRIPTION = """\
+A fail-closed approval broker for AI agents: every question gets exactly one outcome
+(allowed-once, rejected, cancelled or unavailable) and an audit pair in the session log.
+
+examples:
+  broker demo                          watch a sandbox escalation be asked and answered
+  broker acp --config broker.toml      serve an editor (Zed, ...) over the Agent Client Protocol
+  broker log show logs/sessions.sqlite list the sessions of a session log
+  broker chaos --seed 1 --seeds 5      run seeded faults and check the invariants
+
+Exit status: 0 success; 1 a check failed (a verify violation, a chaos violation, a bad import
+line); 2 the command could not run as asked (usage, a bad path or file, a full disk).
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``broker chaos: argument --seeds: ...``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one sub-command per feature module."""
-    parser = argparse.ArgumentParser(prog="broker", description=__doc__)
+    parser: argparse.ArgumentParser = _Parser(
+        prog="broker",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"broker {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of an error instead of one line",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo.register(sub)
     _acp.register(sub)
     _chaos.register(sub)
     _log.register(sub)
     _hooks.register(sub)
+    _accept_debug_anywhere(parser)
     return parser
 
 
+def _accept_debug_anywhere(parser: argparse.ArgumentParser) -> None:
+    """Let ``--debug`` follow the sub-command too (``broker log show STORE --debug``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.add_argument(
+                    "--debug",
+                    action="store_true",
+                    default=argparse.SUPPRESS,
+                    help="show the full traceback of an error instead of one line",
+                )
+                _accept_debug_anywhere(sub)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one sub-command; returns the process exit status."""
+    """Run one sub-command; returns the process exit status.
+
+    A mistake the user can fix prints one line on stderr and returns 2 (or 1 when a check
+    failed); ``--debug`` shows the traceback instead (see ``broker/cli/_errors.py``).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
-    status: int = args.func(args)
-    return status
+    return run_command(args.func, args, debug=args.debug)
 
 
 if __name__ == "__main__":

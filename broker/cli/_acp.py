@@ -25,10 +25,22 @@ from ..acp._jsonrpc import Direction, Frame, JsonRpcConnection
 from ..agent._scripted import ScenarioError
 from ..hooks._settings import HookSettingsError
 from ..tools._sandbox import SandboxUnavailableError
+from ._numbers import positive_seconds
 from ._signals import run_until_signalled
 
 if TYPE_CHECKING:
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+DESCRIPTION = """\
+Serve the composed agent to an editor over the Agent Client Protocol (ACP v1) on stdin and
+stdout. Standard output carries only protocol frames; logs go to standard error (or
+--log-file). Flags override the settings of the --config file.
+
+examples:
+  broker acp                                  the defaults: policy ask, read-only sandbox
+  broker acp --config broker.toml             settings from a TOML file
+  broker acp --store :memory: --allow-always  no session log file; offer "Always allow"
+"""
 
 
 def register(sub: _Sub) -> None:
@@ -36,7 +48,8 @@ def register(sub: _Sub) -> None:
     parser = sub.add_parser(
         "acp",
         help="serve the composed agent over the Agent Client Protocol on stdio",
-        description=__doc__,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", type=pathlib.Path, help="a TOML composition file")
     parser.add_argument("--policy", choices=["ask", "never"], help="default approval policy")
@@ -54,7 +67,7 @@ def register(sub: _Sub) -> None:
     parser.add_argument("--hooks", help="Claude Code settings file with PreToolUse hooks")
     parser.add_argument(
         "--permission-deadline",
-        type=float,
+        type=positive_seconds,
         help="seconds to wait for the client's permission answer (default 300)",
     )
     parser.add_argument(

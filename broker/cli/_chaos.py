@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..chaos import ChaosConfig, run_chaos
+from ._errors import CliError
+from ._numbers import fraction, integer, positive_integer
 
 if TYPE_CHECKING:
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -24,13 +26,29 @@ def register(sub: _Sub) -> None:
         description="Answerers that raise, return garbage, hang or are torn down mid-ask; "
         "aborts and caller cancellations at random points; injected store failures on either "
         "audit append; policy switches and grants racing the asks. Then every invariant is "
-        "checked from the logs. Exit status 1 on any violation.",
+        "checked from the logs. Exit status 1 on any violation, 2 on a bad argument.",
+        epilog="examples:\n"
+        "  broker chaos                                 one seed, 2000 asks, 32 sessions\n"
+        "  broker chaos --seed 1 --seeds 20 --asks 5000 --sessions 64   the long run\n"
+        "  broker chaos --seed 7 --json                 one JSON object per seed",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--asks", type=int, default=2000)
-    parser.add_argument("--sessions", type=int, default=32)
-    parser.add_argument("--fault-rate", type=float, default=0.15)
-    parser.add_argument("--seeds", type=int, default=1, help="run this many seeds from --seed")
+    parser.add_argument("--seed", type=integer, default=1, help="the first seed (default 1)")
+    parser.add_argument(
+        "--asks", type=positive_integer, default=2000, help="questions per seed (default 2000)"
+    )
+    parser.add_argument(
+        "--sessions", type=positive_integer, default=32, help="sessions per seed (default 32)"
+    )
+    parser.add_argument(
+        "--fault-rate",
+        type=fraction,
+        default=0.15,
+        help="probability of each independent fault, 0 to 1 (default 0.15)",
+    )
+    parser.add_argument(
+        "--seeds", type=positive_integer, default=1, help="run this many seeds from --seed"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object per seed")
     parser.set_defaults(func=run)
 
@@ -46,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
                 seed=seed, asks=args.asks, sessions=args.sessions, fault_rate=args.fault_rate
             )
         except ValueError as exc:
-            print(f"broker chaos: {exc}")
-            return 2
+            raise CliError(str(exc)) from exc
         started = time.perf_counter()
         report = run_chaos(config)
         elapsed = time.perf_counter() - started

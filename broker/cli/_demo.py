@@ -1,15 +1,10 @@
-"""``broker demo``: the escalation scenario end to end on the embedded defaults.
-
-The scripted model writes a file; the read-only sandbox (real bubblewrap) denies it; the model
-retries once with ``sandbox_permissions: "workspace-write"`` and a justification; a terminal
-answerer shows the question; the outcome decides whether the file lands. Then the audit pairs
-are read back from the session log.
-"""
+"""``broker demo``: the escalation scenario end to end on the embedded defaults."""
 
 from __future__ import annotations
 
 import argparse
 import pathlib
+import shlex
 import sys
 import tempfile
 from typing import TYPE_CHECKING
@@ -17,9 +12,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from .. import Outcome, open_broker
+from .._events import TurnEnd
 from ..agent import AgentLoop, LoopObserver, Scenario, ScriptedModel
 from ..scenarios import scenario_path
 from ..store import open_sqlite_reader
+from ..store._logtools import show_session
 from ..tools import BashTool, BubblewrapExecutor, SandboxUnavailableError, ToolRuntime
 from ._signals import run_until_signalled
 from ._terminal import TerminalAnswerer
@@ -31,13 +28,25 @@ if TYPE_CHECKING:
 
 _ANSWERS = {"allow": Outcome.ALLOWED_ONCE, "reject": Outcome.REJECTED}
 
+DESCRIPTION = """\
+The escalation scenario end to end. A scripted model writes a file; the read-only sandbox
+(real bubblewrap) denies it; the model retries once asking for workspace-write access with a
+justification; you answer the approval prompt; the answer decides whether the file lands.
+Then the audit pairs are read back from the session log, which is kept.
+
+examples:
+  broker demo                          answer the prompt yourself (a, y: allow; r, n: reject)
+  broker demo --answer reject          answer without asking (scripts, CI)
+  broker demo --store demo.sqlite      keep the session log where you want it
+"""
+
 
 def register(sub: _Sub) -> None:
     """Add the ``demo`` sub-command."""
     parser = sub.add_parser(
         "demo",
         help="run the sandbox-escalation scenario end to end and print its audit pairs",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -54,7 +63,8 @@ def register(sub: _Sub) -> None:
     parser.add_argument(
         "--store",
         type=pathlib.Path,
-        help="SQLite session log to write (default: a file in a fresh temporary directory)",
+        help="SQLite session log to write; it is kept (default: sessions.sqlite in a new "
+        "directory under the system's temporary directory)",
     )
     parser.set_defaults(func=run)
 
@@ -62,12 +72,15 @@ def register(sub: _Sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the demo; returns the exit status."""
     fixed = None if args.answer is None else _ANSWERS[args.answer]
-    with tempfile.TemporaryDirectory(prefix="broker-demo-") as tmp:
+    store: pathlib.Path = args.store
+    if store is None:
+        # Kept after the run (unlike the workspace), so the printed `broker log show` works.
+        store = pathlib.Path(tempfile.mkdtemp(prefix="broker-demo-")) / "sessions.sqlite"
+    with tempfile.TemporaryDirectory(prefix="broker-demo-workspace-") as tmp:
         workspace = pathlib.Path(tmp) / "workspace"
         if args.workspace is not None:
             workspace = args.workspace
         workspace.mkdir(parents=True, exist_ok=True)
-        store = args.store or pathlib.Path(tmp) / "sessions.sqlite"
         return trio.run(run_until_signalled, "demo", _demo, fixed, workspace.resolve(), store)
 
 
@@ -96,7 +109,7 @@ async def _demo(fixed: Outcome | None, workspace: pathlib.Path, store: pathlib.P
         return 2
     scenario = Scenario.from_file(scenario_path("escalation"))
     print(f"workspace: {workspace}  (sandbox: bubblewrap, default mode read-only)")
-    print(f"session log: {store}  (SQLite, synchronous=FULL)")
+    print(f"session log: {store}  (SQLite, synchronous=FULL; kept after the demo)")
     async with open_broker(store=store) as broker, broker.open_session() as session:
         bash = BashTool(executor=executor, workspace=workspace)
         runtime = ToolRuntime(tools=[bash], approval=broker)
@@ -113,7 +126,11 @@ async def _demo(fixed: Outcome | None, workspace: pathlib.Path, store: pathlib.P
             result = await loop.prompt(prompt)
         session_id = session.id
     target = workspace / "escalated.txt"
-    print(f"\nturn {result.turn} ended: {result.stop_reason}")
+    timeline = show_session(store, session_id)
+    # The log's word for how the turn ended, the one `broker log show` prints.
+    ends = [e.event for e in timeline.entries if isinstance(e.event, TurnEnd)]
+    ended = ends[-1].reason.kind if ends else "not recorded"
+    print(f"\nturn {result.turn} ended: {ended}")
     if target.exists():
         print(f"file on disk: {target.name} = {target.read_text().strip()!r}")
     else:
@@ -123,4 +140,5 @@ async def _demo(fixed: Outcome | None, workspace: pathlib.Path, store: pathlib.P
         for row in reader.rows(session_id):
             if row.line.startswith('{"type":"approval/'):
                 print(f"  {row.line}")
+    print(f"\nthe whole session: broker log show {shlex.quote(str(store))} {session_id}")
     return 0

@@ -1,4 +1,8 @@
-"""``broker hooks check FILE``: report what a Claude Code settings file would not run.
+"""broker hooks check FILE: report what a Claude Code settings file would not run.
+
+examples:
+  broker hooks check .claude/settings.json
+  broker hooks check settings.json --tool bash --tool edit
 
 Exit status: 0 when every hook in the file can run here; 1 when something would silently run
 fewer hooks than the file says (an unknown event key, an event or hook type this broker does
@@ -48,7 +52,7 @@ def register(sub: _Sub) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """``broker hooks check FILE``."""
+    """Run ``broker hooks check FILE``; returns the exit status."""
     # The same problems are logged as warnings at load; here they are the output, once.
     quiet = logging.NullHandler()
     logger = logging.getLogger("broker.hooks")

@@ -1,8 +1,9 @@
 """``broker log``: show, verify, export and import a SQLite event store.
 
-Exit status: 0 on success; 1 when the content is at fault (a verify violation, a bad import
-line, an import into an existing session); 2 when the command cannot run (the store cannot be
-opened, an unknown session, an unreadable file). Errors go to stderr, one line each.
+Exit status: 0 on success; 1 when the content is at fault (a verify violation or a damaged
+store, a bad import line, an import into an existing session); 2 when the command cannot run
+(the store cannot be opened, an unknown session, an unreadable file). Errors go to stderr, one
+line each (see ``_errors.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sqlite3
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TextIO
@@ -38,6 +40,7 @@ from ..store._logtools import (
 )
 from ..store._protocol import StoreError
 from ..store._sqlite_writer import SessionExistsError
+from ._errors import database_error
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -51,13 +54,27 @@ EXIT_OK = 0
 EXIT_BAD_CONTENT = 1
 EXIT_CANNOT_RUN = 2
 
+DESCRIPTION = """\
+Show, verify, export and import a session log (a SQLite event store).
+
+examples:
+  broker log show logs/sessions.sqlite                 list the sessions
+  broker log show logs/sessions.sqlite SESSION         one session's timeline
+  broker log verify logs/sessions.sqlite               check hash chains and pairing
+  broker log export logs/sessions.sqlite --out DIR     every session as JSON lines
+  broker log import new.sqlite session.jsonl           a JSON-lines file as a new session
+
+Exit status: 0 success; 1 the content is at fault (a verify violation, a damaged store, a bad
+import line); 2 the command cannot run (the store cannot be opened, an unknown session).
+"""
+
 
 def register(sub: _Sub) -> None:
     """Add the ``log`` command and its actions to the top-level sub-parsers *sub*."""
     parser = sub.add_parser(
         "log",
         help="show, verify, export or import a SQLite event store",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="log_command", required=True, metavar="ACTION")
@@ -94,6 +111,13 @@ def register(sub: _Sub) -> None:
     export.add_argument("store", help="the store file (opened read-only)")
     export.add_argument("--session", help="export only this session")
     export.add_argument("--out", help="output file (with --session) or directory (without)")
+    export.add_argument(
+        "--with-time",
+        action="store_true",
+        help='put each event\'s commit time (UTC) in front of it, as "time": '
+        '"2026-01-02T03:04:05.000Z" (default: seed-compatible lines, no times; import reads '
+        "only those)",
+    )
     export.set_defaults(func=run_export)
 
     imp = actions.add_parser(
@@ -242,6 +266,9 @@ def run_verify(args: argparse.Namespace) -> int:
         summary = verify_store(args.store, allow_pending=args.allow_pending)
     except VerifyError as exc:
         return _fail(args, str(exc), EXIT_BAD_CONTENT)
+    except sqlite3.DatabaseError as exc:
+        # Verifying found the file damaged: a failed check, not a command that could not run.
+        return _fail(args, database_error(exc, args), EXIT_BAD_CONTENT)
     except (StoreError, LogToolError) as exc:
         return _fail(args, str(exc), EXIT_CANNOT_RUN)
     print(summary.summary())
@@ -249,7 +276,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """``broker log export STORE [--session ID] [--out FILE|DIR]``."""
+    """``broker log export STORE [--session ID] [--out FILE|DIR] [--with-time]``."""
     try:
         if args.session is None:
             if args.out is None:
@@ -259,14 +286,15 @@ def run_export(args: argparse.Namespace) -> int:
                     "pass --out, or --session ID for one session",
                     EXIT_CANNOT_RUN,
                 )
-            summary = export_all(args.store, args.out)
+            summary = export_all(args.store, args.out, with_time=args.with_time)
             print(
                 f"exported {len(summary.files)} sessions, {summary.events} events "
                 f"to {summary.directory}",
                 file=sys.stderr,
             )
             return EXIT_OK
-        text = "".join(line + "\n" for line in session_lines(args.store, args.session))
+        lines = session_lines(args.store, args.session, with_time=args.with_time)
+        text = "".join(line + "\n" for line in lines)
         if args.out is None:
             sys.stdout.write(text)
             sys.stdout.flush()

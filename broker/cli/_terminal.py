@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 import trio
@@ -14,25 +14,35 @@ from .._display import printable
 if TYPE_CHECKING:
     from .. import AnswerNext, ApprovalRequest
 
-__all__ = ["TerminalAnswerer"]
+__all__ = ["MAX_TRIES", "TerminalAnswerer"]
 
 _CHOICES = {
     "a": Outcome.ALLOWED_ONCE,
     "allow": Outcome.ALLOWED_ONCE,
+    "y": Outcome.ALLOWED_ONCE,
+    "yes": Outcome.ALLOWED_ONCE,
     "r": Outcome.REJECTED,
     "reject": Outcome.REJECTED,
+    "n": Outcome.REJECTED,
+    "no": Outcome.REJECTED,
 }
+#: Unrecognised answers tolerated before the question is rejected (a script feeding garbage).
+MAX_TRIES = 5
 
 
 @attrs.define(eq=False)
 class TerminalAnswerer:
-    """Prints the tool, the exact command (from the display reason), the logged reason and the
-    choices; answers *fixed* when given (non-interactive), else reads a line from stdin.
+    """Prints the tool, what is asked (the display reason, else the logged reason) and the
+    choices; answers *fixed* when given (non-interactive), else reads lines from *stdin*
+    (default: ``sys.stdin`` at the time of asking).
 
-    End of input, or anything unreadable, answers ``rejected`` (fail closed).
+    ``a``/``allow``/``y``/``yes`` allow once; ``r``/``reject``/``n``/``no`` reject; an empty
+    line takes the default shown, ``r``. Anything else asks again, up to :data:`MAX_TRIES`
+    times. End of input, or too many unrecognised answers, rejects (fail closed).
     """
 
     fixed: Outcome | None = None
+    stdin: TextIO | None = None
 
     async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome:
         """Ask at the terminal. Cancellation: the prompt is abandoned (the question withdrew)."""
@@ -41,19 +51,36 @@ class TerminalAnswerer:
         call = f"  (call {printable(req.call_id)})" if req.call_id else ""
         print("\n  ┌─ approval needed")
         print(f"  │ tool:    {printable(req.tool_name)}{call}")
+        # The display reason restates the logged one for people (it names the command too):
+        # show one of them, so the justification appears once.
         if req.display_reason:
             print(f"  │ asks:    {printable(req.display_reason)}")
-        if req.reason:
+        elif req.reason:
             print(f"  │ reason:  {printable(req.reason)}")
-        print("  │ choices: [a] Allow once   [r] Reject")
+        print("  │ choices: [a] Allow once   [r] Reject   (default: r)")
         if self.fixed is not None:
             await trio.lowlevel.checkpoint()
             answer = "a" if self.fixed is Outcome.ALLOWED_ONCE else "r"
             print(f"  └─ answer: {answer} (from --answer)")
             return self.fixed
-        print("  └─ answer: ", end="", flush=True)
-        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-        outcome = _CHOICES.get(line.strip().lower(), Outcome.REJECTED)
-        if line.strip().lower() not in _CHOICES:
-            print("     (no recognised answer: rejecting, fail closed)")
-        return outcome
+        stdin = self.stdin if self.stdin is not None else sys.stdin
+        prompt = "  └─ answer [a/r]: "
+        for _ in range(MAX_TRIES):
+            print(prompt, end="", flush=True)
+            line = await trio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True)
+            if not line:
+                print("\n     (end of input: rejecting, fail closed)")
+                return Outcome.REJECTED
+            word = line.strip().lower()
+            if not word:
+                print("     (no answer: rejecting, the default)")
+                return Outcome.REJECTED
+            if word in _CHOICES:
+                return _CHOICES[word]
+            print(
+                f"     {word[:40]!r} is not an answer: "
+                "type a (or y) to allow once, r (or n) to reject"
+            )
+            prompt = "     answer [a/r]: "
+        print(f"     (no recognised answer after {MAX_TRIES} tries: rejecting, fail closed)")
+        return Outcome.REJECTED  # noqa: ASYNC910 (each try awaited a thread; MAX_TRIES >= 1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,7 @@ __all__ = [
     "session_id_from_file_name",
     "session_lines",
     "show_session",
+    "timed_line",
     "verify_store",
 ]
 
@@ -373,11 +375,25 @@ def verify_store(path: str | os.PathLike[str], *, allow_pending: bool = False) -
     )
 
 
-def session_lines(path: str | os.PathLike[str], session_id: str) -> list[str]:
-    """*session_id*'s JSON lines (no newlines), exactly as stored (read-only)."""
+def timed_line(line: str, ts_ms: int) -> str:
+    """*line* with its commit time in front: ``{"time":"2026-01-02T03:04:05.000Z","type":…}``.
+
+    The rest of the line stays byte-for-byte as stored; the time is UTC with milliseconds.
+    """
+    moment = datetime.fromtimestamp(ts_ms // 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f'{{"time":"{moment}.{ts_ms % 1000:03d}Z",{line[1:]}'
+
+
+def session_lines(
+    path: str | os.PathLike[str], session_id: str, *, with_time: bool = False
+) -> list[str]:
+    """*session_id*'s JSON lines (no newlines), exactly as stored (read-only); with
+    *with_time*, each with its commit time in front (:func:`timed_line`)."""
     with open_sqlite_reader(path) as reader:
         if reader.session(session_id) is None:
             raise _unknown_session(reader.path, session_id)
+        if with_time:
+            return [timed_line(row.line, row.ts_ms) for row in reader.rows(session_id)]
         return [row.line for row in reader.rows(session_id)]
 
 
@@ -399,10 +415,13 @@ def _write_atomically(target: Path, text: str) -> None:
     partial.replace(target)
 
 
-def export_all(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> ExportSummary:
+def export_all(
+    path: str | os.PathLike[str], directory: str | os.PathLike[str], *, with_time: bool = False
+) -> ExportSummary:
     """Export every session of the store at *path* into *directory* (created if missing): one
     ``<id>.jsonl`` per session plus ``index.json``. Existing files of the same names are
-    replaced; nothing else in the directory is touched. The store is only read.
+    replaced; nothing else in the directory is touched. The store is only read. With
+    *with_time*, each line carries its commit time (:func:`timed_line`).
     """
     out = Path(directory)
     if out.exists() and not out.is_dir():
@@ -421,7 +440,10 @@ def export_all(path: str | os.PathLike[str], directory: str | os.PathLike[str]) 
     with open_sqlite_reader(path) as reader:
         for info in reader.sessions():
             name = session_file_name(info.session_id)
-            lines = [row.line for row in reader.rows(info.session_id)]
+            lines = [
+                timed_line(row.line, row.ts_ms) if with_time else row.line
+                for row in reader.rows(info.session_id)
+            ]
             try:
                 _write_atomically(out / name, "".join(line + "\n" for line in lines))
             except OSError as exc:
@@ -471,6 +493,22 @@ def parse_jsonl(text: str, *, source: str) -> list[Event]:
     return events
 
 
+def _check_parent(store_path: str | os.PathLike[str], parent_id: str) -> None:
+    """Raise :class:`LogToolError` unless *parent_id* is a session of the store (before any
+    write: a child must not point at a session the store does not hold)."""
+    hint = "import the parent session first, or leave out --parent"
+    if not os.path.exists(store_path):
+        raise LogToolError(
+            f"parent session {parent_id!r} is not in store file '{os.fspath(store_path)}' "
+            f"(the file does not exist yet): {hint}"
+        )
+    with open_sqlite_reader(store_path) as reader:
+        if reader.session(parent_id) is None:
+            raise LogToolError(
+                f"parent session {parent_id!r} is not in store file '{reader.path}': {hint}"
+            )
+
+
 async def import_file(
     store_path: str | os.PathLike[str],
     file: str | os.PathLike[str],
@@ -482,7 +520,8 @@ async def import_file(
     transaction: either every event is stored or none is.
 
     The session id defaults to the file's name (see :func:`session_id_from_file_name`). The
-    file is parsed completely before the store is opened, so a bad line changes nothing.
+    file is parsed completely before the store is opened, so a bad line changes nothing; a file
+    with no events, or a *parent_id* the store does not hold, is refused the same way.
     Opening the store for writing runs recovery (reported in the summary). Lines are stored in
     canonical form (re-encoded), so an export of the import is byte-identical for canonical input.
     Cancellation: before the store is opened nothing happens; after, as for
@@ -501,7 +540,14 @@ async def import_file(
             f"cannot read import file '{source}': {exc.strerror or exc}; check the path"
         ) from exc
     events = parse_jsonl(text, source=source)
+    if not events:
+        raise LogToolError(
+            f"import file '{source}' has no events: pass a file written by "
+            "`broker log export` (one JSON event per line)"
+        )
     target = session_id if session_id is not None else session_id_from_file_name(source)
+    if parent_id is not None:
+        _check_parent(store_path, parent_id)
     failure: StoreError | None = None
     async with open_sqlite_store(store_path) as store:
         recovery = store.recovery
