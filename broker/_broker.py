@@ -19,6 +19,7 @@ from ._answerers import AnswererHandle, AnswerFn, insert_handle
 from ._collapse import collapse_single
 from ._decision import Decision
 from ._errors import BrokerClosedError, ResumeError
+from ._projection import fold_all
 from ._request import ApprovalRequest
 from ._session import Session
 from ._texts import DELEGATION_STATEMENT, policy_context
@@ -81,6 +82,8 @@ class Broker:
     _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     _order: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    # Ids being resumed (between the open check and registration).
+    _resuming: set[str] = attrs.field(factory=set, init=False)
 
     def __repr__(self) -> str:
         return f"<Broker policy={self.policy} sessions={len(self._sessions)}>"
@@ -124,9 +127,37 @@ class Broker:
         if parent is not None:
             self._check_session(parent, "parent")
         session = Session(id=str(uuid.uuid4()), parent=parent, host=self)
-        await self.store.create_session(session.id, None if parent is None else parent.id)
-        await self._nursery.start(session.run_actor)
+        return await self._launch(session, create=True)
+
+    async def _launch(self, session: Session, *, create: bool) -> Session:
+        """Register *session* (synchronously, so shutdown sees it), then start its actor.
+
+        Invariant: every session whose actor may run is in ``_sessions`` from before its first
+        await, so :meth:`aclose` closes it — an actor the broker does not know would keep the
+        root nursery open forever (its log loop is shielded).
+        """
         self._sessions[session.id] = session
+        try:
+            if create:
+                parent_id = session.parent.id if session.parent is not None else None
+                await self.store.create_session(session.id, parent_id)
+            await self._nursery.start(session.run_actor)
+        except RuntimeError as exc:
+            self._unregister(session)
+            if self._closing:  # the root nursery has closed to new tasks
+                raise BrokerClosedError(
+                    "broker is shutting down: cannot open a session; open a new broker"
+                ) from exc
+            raise
+        except BaseException:
+            self._unregister(session)
+            raise
+        if self._closing:
+            # The broker began shutting down while this session started: close it here.
+            await session.aclose()
+            raise BrokerClosedError(
+                "broker is shutting down: cannot open a session; open a new broker"
+            )
         return session
 
     async def _resume(self, session_id: object) -> Session:
@@ -136,11 +167,20 @@ class Broker:
                 "session this broker's store holds"
             )
         where = _describe_store(self.store)
-        if session_id in self._sessions:
+        if session_id in self._sessions or session_id in self._resuming:
             raise ResumeError(
                 f"session {session_id!r} is already open in this broker: use its Session "
                 "object, or close it before resuming it"
             )
+        # Invariant: reserved from here to its registration, so two concurrent resumes of one
+        # id cannot both open it.
+        self._resuming.add(session_id)
+        try:
+            return await self._resume_reserved(session_id, where)
+        finally:
+            self._resuming.discard(session_id)
+
+    async def _resume_reserved(self, session_id: str, where: str) -> Session:
         record = await self.store.lookup(session_id)
         if record is None:
             raise ResumeError(
@@ -154,11 +194,17 @@ class Broker:
                 "was not closed cleanly and has not been recovered; reopen the store (recovery "
                 "runs at open) and resume it then"
             )
-        if session_id in self._sessions:  # opened meanwhile by another task of this broker
-            raise ResumeError(
-                f"session {session_id!r} is already open in this broker: use its Session "
-                "object, or close it before resuming it"
+        # The events are authoritative; a checkpoint is a cache. Refold them once per resume,
+        # so a checkpoint whose content was altered (the count still fitting) is not trusted.
+        folded = fold_all(await self.store.read(session_id))
+        if folded != state:
+            log.warning(
+                "session %r in %s: its checkpointed projection disagrees with its events; "
+                "resuming from the events",
+                session_id,
+                where,
             )
+            state = folded
         live_parent = self._sessions.get(record.parent_id) if record.parent_id else None
         session = Session(
             id=session_id,
@@ -168,9 +214,7 @@ class Broker:
             parent_id=record.parent_id,
             state=state,
         )
-        await self._nursery.start(session.run_actor)
-        self._sessions[session.id] = session
-        return session
+        return await self._launch(session, create=False)
 
     @asynccontextmanager
     async def open_session(
@@ -202,6 +246,10 @@ class Broker:
         child = await self.start_session(parent.session)
         await child.pin_delegated_policy(seeded)
         return child
+
+    def _unregister(self, session: Session) -> None:
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
 
     def forget(self, session_id: str) -> None:
         """Host interface: the session *session_id* ended; drop it from the registry (sync)."""
@@ -419,10 +467,18 @@ class Broker:
         absorbed by the nursery, so the exception would vanish.
         """
         self._closing = True
-        with trio.CancelScope(shield=True):
-            async with trio.open_nursery() as closers:
-                for session in list(self._sessions.values()):
-                    closers.start_soon(session.aclose)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        with trio.CancelScope(shield=True):  # noqa: ASYNC912 (bounded: each close is)
+            closing: set[str] = set()
+            # Sessions registered while others close (a start in flight) are closed too.
+            while fresh := [s for s in self._sessions.values() if s.id not in closing]:
+                closing.update(s.id for s in fresh)
+                async with trio.open_nursery() as closers:
+                    for session in fresh:
+                        closers.start_soon(session.aclose)
+            # Backstop: an actor still running now would hold the root nursery open forever.
+            for session in list(self._sessions.values()):
+                session.halt("broker closed")
         self._nursery.cancel_scope.cancel(reason="broker closed")
 
 

@@ -46,6 +46,13 @@ def single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException 
         while isinstance(leaf, BaseExceptionGroup):
             leaf = leaf.exceptions[0]
         return leaf
+    # One real error beside cancellations (the body failed while a scope outside was cancelled,
+    # so the nursery's other tasks raised Cancelled): the error stands for the group. Dropping
+    # the Cancelled is safe: the cancelled scope stays cancelled and fires again at the next
+    # checkpoint.
+    _, rest = group.split(trio.Cancelled)
+    if rest is not None and len(rest.exceptions) == 1:
+        return rest.exceptions[0]
     return None
 
 
@@ -54,7 +61,8 @@ def collapse_single() -> Iterator[None]:
     """``with collapse_single(): async with trio.open_nursery() as n: ...`` — unwrap a lone error.
 
     Put it outside the nursery it hides. The lone exception keeps its own traceback, cause and
-    context (the group it travelled in is not chained onto it).
+    context; the group it travelled in is not chained onto it, so the hidden nursery's own
+    frames are not shown.
     """
     try:
         yield

@@ -80,6 +80,18 @@ class _Status(enum.Enum):
     CRASHED = "crashed"
 
 
+@attrs.define(eq=False)
+class _StartedFlag:
+    """A task status that remembers whether ``started()`` was called."""
+
+    inner: trio.TaskStatus[Any]
+    started_called: bool = False
+
+    def started(self, value: Any = None) -> None:
+        self.started_called = True
+        self.inner.started(value)
+
+
 def _if_pending(decided: ApprovalDecided) -> Builder:
     """A builder that appends *decided* only while its question is still pending."""
 
@@ -131,6 +143,7 @@ class Session:
     _settled: trio.Event | None = attrs.field(default=None, init=False)
     _finished: trio.Event | None = attrs.field(default=None, init=False)
     _done: bool = attrs.field(default=False, init=False)
+    _actor_started: bool = attrs.field(default=False, init=False)
     _loop_scope: trio.CancelScope = attrs.field(
         factory=lambda: trio.CancelScope(shield=True), init=False
     )
@@ -206,11 +219,14 @@ class Session:
                 )
             return TurnStart(turn=state.turn + 1)
 
-        started = await self._append(start)
+        # Shielded: once turn/start may land, the block below must run its exit (which ends
+        # the turn); a cancellation is delivered inside it instead.
+        started = await self._append(start, shielded=True)
         assert isinstance(started, TurnStart)
         number = started.turn
         kind = "completed"
         try:
+            await trio.lowlevel.checkpoint_if_cancelled()
             yield number
         except BaseException as exc:
             kind = "cancelled" if is_cancellation(exc) else "error"
@@ -299,10 +315,14 @@ class Session:
         *args: Any,
         task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        started = _StartedFlag(task_status)
         try:
-            await async_fn(*args, task_status=task_status)
+            await async_fn(*args, task_status=started)
         except BaseException as exc:
-            self._task_failed(exc)
+            # Before started() the error goes to the caller of start() (trio's rule), and the
+            # session is not crashed by it; after, it is a crash of a session task.
+            if started.started_called:
+                self._task_failed(exc)
             raise
 
     def _task_failed(self, exc: BaseException) -> None:
@@ -352,6 +372,12 @@ class Session:
         when the session closes (teardown order: module docstring) or crashes. Never raises an
         :class:`Exception`: a crash is contained to this session (``crash_cause``).
         """
+        if self._done:
+            # Closed before its actor could start (see aclose): nothing to serve.
+            task_status.started()
+            await trio.lowlevel.checkpoint()
+            return
+        self._actor_started = True
         try:
             with collapse_single():
                 async with trio.open_nursery() as nursery:
@@ -781,9 +807,14 @@ class Session:
         """Close the session in the documented order (module docstring). Idempotent.
 
         Cancellation: the teardown is shielded; each waiting step is bounded by the broker's
-        ``settle_grace``, so closing never hangs on a stuck answerer or store.
+        ``settle_grace``, so closing never hangs on a stuck answerer or store (a store append
+        that ignores cancellation is left running, with an error logged).
         """
         with trio.CancelScope(shield=True):
+            if not self._actor_started and not self._done:
+                # Its actor never ran (its start failed or is still to come): nothing was
+                # appended through it; end here, and a late start returns at once.
+                self._finalise()
             if self._status is _Status.OPEN:
                 self._status = _Status.CLOSING
                 with trio.move_on_after(self._host.settle_grace):  # noqa: ASYNC912
@@ -800,7 +831,14 @@ class Session:
                 # The store did not finish in time: halt the loop; what it had not committed
                 # fails closed and stays for recovery.
                 self.halt(f"session {self.id} did not close within settle_grace")
-                await self._wait_done()
+                with trio.move_on_after(self._host.settle_grace):
+                    await self._wait_done()
+                if not self._done:
+                    log.error(
+                        "session %s: its log loop did not stop within settle_grace after "
+                        "being halted (a store append that ignores cancellation?)",
+                        self.id,
+                    )
         # A schedule point that never raises Cancelled: this runs in ``finally`` blocks while
         # the body's own exception propagates, and a Cancelled here would replace it.
         await trio.lowlevel.cancel_shielded_checkpoint()

@@ -130,8 +130,8 @@ def test_the_verify_rules_run_on_every_chaos_log() -> None:
         allow={"call-a"},
     )
     assert outside == (
-        "session 's' seq 3: rule turn-enclosure: turn/end 1 while 1 of its questions are pending "
-        "(each question's approval/decided comes before its turn ends)"
+        "session 's' seq 4: rule turn-enclosure: approval/decided id 'a' outside an open turn "
+        "(every asked and decided must lie between turn/start and turn/end)"
     )
     [recovered] = check(
         [asked("a"), ApprovalDecided(id="a", outcome=Outcome.CANCELLED, recovered=True)]

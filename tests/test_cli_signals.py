@@ -76,7 +76,8 @@ def _assert_settled(store: pathlib.Path) -> None:
     verify_store(store)  # no crash tail: pairs complete, checkpoints fit
 
 
-def test_ctrl_c_at_the_demo_prompt_settles_and_exits_130(tmp_path: pathlib.Path) -> None:
+def _demo_on_a_pty(tmp_path: pathlib.Path, keys: list[bytes]) -> tuple[int, str]:
+    """Run the demo on a pty, type *keys* at its prompt (a pause between them); (status, text)."""
     store = tmp_path / "demo.sqlite"
     workspace = tmp_path / "ws"
     pid, fd = pty.fork()
@@ -99,18 +100,28 @@ def test_ctrl_c_at_the_demo_prompt_settles_and_exits_130(tmp_path: pathlib.Path)
     try:
         deadline = time.monotonic() + 60
         before = _read_until(fd, b"answer [a/r]: ", deadline)
-        os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT to the foreground group
+        for key in keys:
+            os.write(fd, key)  # Ctrl-C: the terminal sends SIGINT to the foreground group
+            time.sleep(0.005)
         after = _drain(fd, time.monotonic() + 20)
         _, status = os.waitpid(pid, 0)
     finally:
         os.close(fd)
     output = (before + after).decode(errors="replace")
+    assert not (workspace / "escalated.txt").exists()
+    return status, output
+
+
+@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
+def test_ctrl_c_at_the_demo_prompt_settles_and_exits_130(
+    tmp_path: pathlib.Path, presses: int
+) -> None:
+    status, output = _demo_on_a_pty(tmp_path, [b"\x03"] * presses)
     assert os.WIFEXITED(status), output
     assert os.WEXITSTATUS(status) == 130, output
     assert "Traceback" not in output
     assert "broker demo: SIGINT received" in output
-    _assert_settled(store)
-    assert not (workspace / "escalated.txt").exists()
+    _assert_settled(tmp_path / "demo.sqlite")
 
 
 def _send(stdin: IO[str], message: dict[str, Any]) -> None:

@@ -257,8 +257,20 @@ async def test_verify_checks_checkpoints_against_a_re_fold(tmp_path: Path) -> No
                 TurnEnd(turn=1, reason=COMPLETED),
                 ApprovalDecided(id="q", outcome=Outcome.REJECTED),
             ],
-            "session 's' seq 3: rule turn-enclosure: turn/end 1 while 1 of its questions are "
-            "pending (each question's approval/decided comes before its turn ends)",
+            "session 's' seq 4: rule turn-enclosure: approval/decided id 'q' outside an open "
+            "turn (every asked and decided must lie between turn/start and turn/end)",
+        ),
+        (
+            [
+                TurnStart(turn=1),
+                ApprovalAsked(id="q", tool_name="bash"),
+                TurnEnd(turn=1, reason=COMPLETED),
+                TurnStart(turn=2),
+                ApprovalDecided(id="q", outcome=Outcome.ALLOWED_ONCE),
+            ],
+            "session 's' seq 5: rule turn-enclosure: approval/decided id 'q' outside the turn of "
+            "its approval/asked (every asked and decided must lie between turn/start and "
+            "turn/end)",
         ),
         (
             [
@@ -580,3 +592,24 @@ async def test_import_refuses_an_empty_file_and_an_unknown_parent(
         ):
             await import_file(target, out / "s.jsonl", parent_id="nope")
     assert [s.session_id for s in list_sessions(target)] == ["other"]
+
+
+async def test_an_older_log_whose_turn_ended_before_recovery_closed_its_ask_verifies(
+    tmp_path: Path,
+) -> None:
+    # Brokers before the before-commit rules could end a turn while another task's question
+    # was pending; a crash, then recovery, left this shape. It stays verifiable.
+    path = tmp_path / "store.db"
+    with trio.fail_after(10):
+        await _store(
+            path,
+            {
+                "s": [
+                    TurnStart(turn=1),
+                    ApprovalAsked(id="q", tool_name="bash"),
+                    TurnEnd(turn=1, reason=COMPLETED),
+                    ApprovalDecided(id="q", outcome=Outcome.CANCELLED, recovered=True),
+                ]
+            },
+        )
+    verify_store(path)

@@ -261,3 +261,34 @@ async def test_the_error_survives_a_pending_cancellation(
                     outer.cancel()
                     raise error
     assert not outer.cancelled_caught
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_the_error_survives_a_pending_cancellation_with_session_tasks_running(
+    store: str, tmp_path: pathlib.Path
+) -> None:
+    # A session task (here an answerer channel) raises Cancelled into the same nursery as the
+    # body's error: the group [error, Cancelled] must still leave as the error itself.
+    error = ValueError("body")
+
+    async def allow(_req: ApprovalRequest, _next: Any) -> Outcome:
+        await trio.lowlevel.checkpoint()
+        return Outcome.ALLOWED_ONCE
+
+    where: Any = tmp_path / "log.sqlite" if store == "sqlite" else None
+    with trio.fail_after(10), trio.CancelScope() as outer:
+        with raises_itself(error):
+            async with open_broker(store=where) as broker:
+                session = await broker.start_session()
+                await session.start_answerer(allow)
+                session.start_soon(trio.sleep_forever)
+                outer.cancel()
+                raise error
+
+
+def test_collapse_drops_cancellations_beside_one_error() -> None:
+    error = ValueError("only")
+    group = BaseExceptionGroup("mixed", [error, trio.Cancelled._create()])
+    assert single_exception(group) is error
+    two = BaseExceptionGroup("two", [ValueError(), KeyError(), trio.Cancelled._create()])
+    assert single_exception(two) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import re
 from collections.abc import Sequence
 
@@ -415,3 +416,32 @@ async def test_add_answerer_lives_as_long_as_the_session(approval_broker: Broker
     assert handle.closed
     with pytest.raises(SessionClosedError, match=r"which is closed: cannot add an answerer to"):
         session.add_answerer(allow)
+
+
+async def test_a_task_failing_before_started_fails_its_start_not_the_session(
+    approval_broker: Broker,
+) -> None:
+    session = await approval_broker.start_session()
+
+    async def refuses(*, task_status: trio.TaskStatus[None]) -> None:  # noqa: ASYNC114, ASYNC128 (fails before started)
+        await trio.lowlevel.checkpoint()
+        raise OSError("could not start")
+
+    with pytest.raises(OSError, match=r"^could not start$"):
+        await session.start(refuses)
+    assert session.is_open
+    assert session.crash_cause is None
+    async with session.turn():
+        pass
+
+
+async def test_a_turn_cancelled_while_entering_is_still_ended(tmp_path: pathlib.Path) -> None:
+    async with open_broker(store=tmp_path / "log.sqlite") as broker:
+        session = await broker.start_session()
+        with trio.CancelScope() as scope:
+            scope.cancel()  # pending before turn() even asks for its turn/start
+            async with session.turn():
+                raise AssertionError("the body must not run")
+        assert not session.state.turn_open
+        async with session.turn() as number:  # the session is not wedged
+            assert number == 2  # turn 1 landed, and was ended as cancelled

@@ -239,7 +239,17 @@ class AcpAgent:
         return to_wire(LoadSessionResponse())
 
     async def _attach(self, session: Session, workspace: pathlib.Path) -> None:
-        """Give *session* its loop and its ACP answerer, and put it in this connection's map."""
+        """Give *session* its loop and its ACP answerer, and put it in this connection's map.
+
+        If that fails, the session is closed here: it is in no map, so nothing else would.
+        """
+        try:
+            await self._attach_parts(session, workspace)
+        except BaseException:
+            await session.aclose()
+            raise
+
+    async def _attach_parts(self, session: Session, workspace: pathlib.Path) -> None:
         updates = _Updates(connection=self.connection, session_id=session.id)
         loop = self.composition.build_loop(
             broker=self.broker,

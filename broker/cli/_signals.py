@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVarTuple, Unpack
+from typing import TypeVarTuple
 
 import trio
 
@@ -24,27 +24,27 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 Ts = TypeVarTuple("Ts")
 
 
-async def run_until_signalled(
-    command: str, fn: Callable[[Unpack[Ts]], Awaitable[int]], *args: *Ts
-) -> int:
+async def run_until_signalled(command: str, fn: Callable[[*Ts], Awaitable[int]], *args: *Ts) -> int:
     """Run ``fn(*args)`` and return its status, or 128 + N when signal N arrived first.
 
-    Cancellation: the caller's cancellation propagates after *fn*'s own teardown.
+    A second signal while the teardown runs is acknowledged once and otherwise ignored: the
+    teardown is bounded, and cutting it short would leave unpaired questions. Signals that
+    arrive after the receiver closed are recorded by a plain handler (no traceback, no second
+    death). Cancellation: the caller's cancellation propagates after *fn*'s own teardown.
     """
     caught: list[int] = []
-    status = 0
-    with trio.open_signal_receiver(*_SIGNALS) as signals, collapse_single():
-        async with trio.open_nursery() as nursery:
 
-            async def watch() -> None:
-                async for signum in signals:
-                    caught.append(signum)
-                    nursery.cancel_scope.cancel(reason=f"{signal.Signals(signum).name} received")
-                    return
+    def remember(signum: int, _frame: object) -> None:
+        caught.append(signum)
 
-            nursery.start_soon(watch)
-            status = await fn(*args)
-            nursery.cancel_scope.cancel(reason=f"{command} finished")
+    # Python-level handlers the receiver restores on exit: trio re-delivers what the receiver
+    # did not consume, and these record it instead of raising KeyboardInterrupt or dying.
+    previous = {signum: signal.signal(signum, remember) for signum in _SIGNALS}
+    try:
+        status = await _run(command, caught, fn, *args)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if caught:
         name = signal.Signals(caught[0]).name
         print(
@@ -53,4 +53,32 @@ async def run_until_signalled(
             file=sys.stderr,
         )
         return 128 + caught[0]
+    return status
+
+
+async def _run(
+    command: str, caught: list[int], fn: Callable[[*Ts], Awaitable[int]], *args: *Ts
+) -> int:
+    status = 0
+    with trio.open_signal_receiver(*_SIGNALS) as signals, collapse_single():
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    if not caught:
+                        work.cancel(reason=f"{signal.Signals(signum).name} received")
+                    elif len(caught) == 1:
+                        print(
+                            f"broker {command}: {signal.Signals(signum).name} again: already "
+                            "stopping (settling pending questions, closing the log)",
+                            file=sys.stderr,
+                        )
+                    caught.append(signum)
+
+            work = trio.CancelScope()
+            nursery.start_soon(watch)
+            with work:
+                status = await fn(*args)
+            # The watcher keeps consuming signals until the work, teardown included, is over.
+            nursery.cancel_scope.cancel(reason=f"{command} finished")
     return status
