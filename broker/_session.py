@@ -80,18 +80,6 @@ class _Status(enum.Enum):
     CRASHED = "crashed"
 
 
-@attrs.define(eq=False)
-class _StartedFlag:
-    """A task status that remembers whether ``started()`` was called."""
-
-    inner: trio.TaskStatus[Any]
-    started_called: bool = False
-
-    def started(self, value: Any = None) -> None:
-        self.started_called = True
-        self.inner.started(value)
-
-
 def _if_pending(decided: ApprovalDecided) -> Builder:
     """A builder that appends *decided* only while its question is still pending."""
 
@@ -144,9 +132,6 @@ class Session:
     _finished: trio.Event | None = attrs.field(default=None, init=False)
     _done: bool = attrs.field(default=False, init=False)
     _actor_started: bool = attrs.field(default=False, init=False)
-    _loop_scope: trio.CancelScope = attrs.field(
-        factory=lambda: trio.CancelScope(shield=True), init=False
-    )
     # True while a turn is being left: its questions settle and new ones are refused.
     _turn_ending: bool = attrs.field(default=False, init=False)
     # Answerers scoped to this session's agent, sorted by registration order.
@@ -296,40 +281,11 @@ class Session:
         Cancellation: as :meth:`trio.Nursery.start`.
         """
         nursery = self._require_nursery()
-        return await nursery.start(self._supervise_started, async_fn, *args)
+        return await nursery.start(async_fn, *args)
 
     def start_soon(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Start *async_fn* in the session's nursery, like :meth:`trio.Nursery.start_soon`."""
-        self._require_nursery().start_soon(self._supervise, async_fn, *args)
-
-    async def _supervise(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        try:
-            await async_fn(*args)
-        except BaseException as exc:
-            self._task_failed(exc)
-            raise
-
-    async def _supervise_started(  # noqa: ASYNC114, ASYNC128 (async_fn calls started())
-        self,
-        async_fn: Callable[..., Awaitable[Any]],
-        *args: Any,
-        task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        started = _StartedFlag(task_status)
-        try:
-            await async_fn(*args, task_status=started)
-        except BaseException as exc:
-            # Before started() the error goes to the caller of start() (trio's rule), and the
-            # session is not crashed by it; after, it is a crash of a session task.
-            if started.started_called:
-                self._task_failed(exc)
-            raise
-
-    def _task_failed(self, exc: BaseException) -> None:
-        # The log loop is shielded from cancellation around the session; a failing task of its
-        # own must still end it, or the session nursery (and the crash) would wait forever.
-        if not is_cancellation(exc):
-            self.halt(f"a task of session {self.id} failed: {type(exc).__name__}")
+        self._require_nursery().start_soon(async_fn, *args)
 
     async def start_answerer(self, fn: AnswerFn, *, prepend: bool = False) -> AnswererHandle:
         """Register *fn* for this session's agent, held by a task in the session's nursery.
@@ -381,14 +337,15 @@ class Session:
         try:
             with collapse_single():
                 async with trio.open_nursery() as nursery:
+                    # Invariant: the session's tasks — its log loop above all — end when the
+                    # session closes (teardown steps 4–5), when a task of it fails (a crash),
+                    # or when its owner halts it; never because a scope around the broker was
+                    # cancelled, since the teardown that follows still appends through the
+                    # loop (pending decisions, the turn's end).
+                    nursery.cancel_scope.shield = True
                     self._nursery = nursery
                     task_status.started()
-                    # Invariant: the log loop ends when its inbox closes (teardown step 4), or
-                    # when its owner halts it — never because a scope around the broker was
-                    # cancelled, since the teardown that follows still appends through it
-                    # (pending decisions, the turn's end).
-                    with self._loop_scope:
-                        await self._serve_log()
+                    await self._serve_log()
                     nursery.cancel_scope.cancel(reason=f"session {self.id} closed")
         except Exception as exc:
             # Containment: a crash of this session's loop or of a task in its nursery ends this
@@ -844,8 +801,9 @@ class Session:
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def halt(self, reason: str) -> None:
-        """Stop the session's log loop now (sync). Used by teardown when waiting ran out."""
-        self._loop_scope.cancel(reason=reason)
+        """Stop the session's actor now (sync). Used by teardown when waiting ran out."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel(reason=reason)
 
     async def wait_closed(self) -> None:
         """Wait until the session's actor has finished. Cancellation: just stops waiting."""
