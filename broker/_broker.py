@@ -341,21 +341,6 @@ class Broker:
         finally:
             handle.close(reason="the answerer's task ended")
 
-    def _chain_for(self, req: ApprovalRequest) -> list[AnswererHandle]:
-        session: Session | None = req.agent.session
-        lists = [self._answerers]
-        if session is not None and session._answerers:
-            lists.append(session._answerers)
-        if self.delegation is Delegation.INHERIT:
-            ancestor = session.parent if session is not None else None
-            while ancestor is not None and ancestor.is_open:
-                if ancestor._answerers:
-                    lists.append(ancestor._answerers)
-                ancestor = ancestor.parent
-        if len(lists) == 1:
-            return list(lists[0])
-        return sorted(itertools.chain.from_iterable(lists), key=lambda h: h.order)
-
     # -- the request algorithm (spec 3): a thin delegate to the session ---------------------
 
     async def request(self, req: ApprovalRequest) -> Outcome:
