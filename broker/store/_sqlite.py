@@ -162,7 +162,7 @@ class SqliteStore:
         writer). Cancellation: safe; nothing is changed.
         """
         self._check_open()
-        if session_id not in self._writer.session_ids():
+        if not self._writer.has_session(session_id):
             await trio.lowlevel.checkpoint()
             return None
         return await trio.to_thread.run_sync(_read_record, self.path, session_id)

@@ -377,6 +377,10 @@ class SqliteWriter:
         """Every session id, in creation order."""
         return list(self._heads)
 
+    def has_session(self, session_id: str) -> bool:
+        """Whether *session_id* exists (committed), without copying the id list."""
+        return session_id in self._heads
+
     def inject_commit_failure(self, error: sqlite3.Error) -> None:
         """Test seam: the next group raises *error* instead of committing, as a full disk would."""
         self._fault = error
