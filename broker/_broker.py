@@ -69,8 +69,15 @@ def _check_tool(tool_name: object) -> str:
 class Broker:
     """The approval service. Obtain one from :func:`open_broker` or :func:`serve_broker`.
 
-    It owns a root nursery in which every session actor runs, the deployment settings, the
-    unscoped answerers, and (when it created it) the event store.
+    Owns: the root nursery in which every session actor runs; the session registry (every
+    session whose actor may run, from before its first await); the deployment settings; the
+    unscoped answerers; and, when it created it, the event store. It hosts sessions
+    (:class:`~broker._host.SessionHost`); each session owns its own questions.
+
+    Teardown order (:meth:`aclose`, run by ``open_broker``'s exit and ``serve_broker``'s
+    cancellation): stop opening sessions → close every registered session concurrently (each in
+    the session's order), again for any that registered meanwhile → halt any actor still
+    running → cancel the root nursery → close the store if the broker created it.
     """
 
     _nursery: trio.Nursery

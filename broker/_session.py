@@ -109,6 +109,13 @@ class Session:
 
     Created by :meth:`Broker.start_session`, :meth:`Broker.open_session` or
     :meth:`Broker.delegate`; never construct it yourself. ``parent`` is the delegating session.
+
+    The session actor owns: its inbox (a bounded channel of conditional appends) and so the
+    order of its log; its projection; its questions in flight (:meth:`ask`, one flight cancel
+    scope each); its scoped answerers; and its nursery (answerer channels, session tasks),
+    shielded from cancellation around the broker. Teardown order: the module docstring
+    (stop intake → settle questions → end the turn → close the inbox → cancel the nursery →
+    unregister), run by :meth:`aclose`.
     """
 
     id: str

@@ -176,7 +176,14 @@ def _replayed(event: Event) -> SessionUpdate | None:
 
 @attrs.define(eq=False)
 class AcpAgent:
-    """The agent side of one ACP connection: its handlers and its session map."""
+    """The agent side of one ACP connection: its handlers and its session map.
+
+    Owns: the map of this connection's sessions (each with its agent loop, its prompt signals
+    and its running tool calls); the sessions' ACP answerers live in the sessions' own
+    nurseries. Teardown order (:func:`serve_acp`): the connection ends (pending permission
+    requests fail closed as ``unavailable``, running prompts are cancelled and their turns end)
+    → :meth:`aclose` closes every session of the map concurrently, each in the session's order.
+    """
 
     connection: JsonRpcConnection
     broker: Broker
