@@ -22,6 +22,7 @@ import trio
 
 from ._flight import Flight, Withdrawal
 from ._vocabulary import Outcome
+from ._waterfall import run_chain
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -128,25 +129,12 @@ async def run_waterfall(
 ) -> Outcome:
     """Consult *chain* in order; the first answer wins, the end of the chain is ``unavailable``.
 
-    ``next()`` may be awaited more than once by an answerer: the rest of the chain is consulted
-    only the first time and the same outcome is returned again.
-
-    Cancellation: propagates (the request's cancel scope decides what it means).
+    The shared waterfall (:func:`broker._waterfall.run_chain`): ``next()`` may be awaited more
+    than once, the rest of the chain is consulted only the first time. Cancellation: propagates
+    (the request's cancel scope decides what it means).
     """
-
-    async def consult(index: int) -> Outcome:
-        if index == len(chain):
-            await trio.lowlevel.checkpoint()
-            return Outcome.UNAVAILABLE
-        memo: list[Outcome] = []
-
-        async def next_() -> Outcome:
-            if not memo:
-                memo.append(await consult(index + 1))
-                return memo[0]
-            await trio.lowlevel.checkpoint()
-            return memo[0]
-
-        return await chain[index].invoke(req, next_, flight)  # noqa: ASYNC910 (see invoke)
-
-    return await consult(0)
+    return await run_chain(
+        chain,
+        lambda handle, next_: handle.invoke(req, next_, flight),
+        lambda: Outcome.UNAVAILABLE,
+    )

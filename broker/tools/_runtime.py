@@ -23,6 +23,7 @@ import trio
 
 from .._request import ApprovalRequest
 from .._vocabulary import Outcome
+from .._waterfall import run_chain
 from . import _texts
 from ._asking import ask_or_refuse
 from ._call import CallContext, ToolCall, ToolResult, ToolSpec
@@ -111,22 +112,7 @@ class ToolRuntime:
         return await tool.run(call, ctx)
 
     async def _gate(self, call: ToolCall, ctx: CallContext) -> GateDecision:
-        gates = list(self.gates)
-
-        async def consult(index: int) -> GateDecision:
-            if index == len(gates):
-                await trio.lowlevel.checkpoint()
-                return Allow()
-            memo: list[GateDecision] = []
-
-            async def next_() -> GateDecision:
-                if not memo:
-                    memo.append(await consult(index + 1))
-                    return memo[0]
-                await trio.lowlevel.checkpoint()
-                return memo[0]
-
-            gate = gates[index]
+        async def ask(gate: Gate, next_: GateNext) -> GateDecision:
             try:
                 decision: object = await gate(call, ctx, next_)
             except Exception as exc:
@@ -141,7 +127,8 @@ class ToolRuntime:
                 )
             return decision
 
-        return await consult(0)
+        # The shared waterfall (broker._waterfall): the end of the chain allows.
+        return await run_chain(list(self.gates), ask, Allow)
 
     async def _resolve_ask(self, call: ToolCall, ctx: CallContext, ask: Ask) -> ToolResult | None:
         """``None`` when the call may run; otherwise the error the model sees."""
