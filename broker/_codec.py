@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from typing import Any, TypeVar
 
 import attrs
@@ -33,6 +32,7 @@ from ._events import (
     TurnStart,
     UserMessage,
 )
+from ._json_names import camel, camel_path, json_type
 
 __all__ = [
     "EventDecodeError",
@@ -55,16 +55,6 @@ class EventDecodeError(BrokerError, ValueError):
     """A log line or record is not a well-formed event of a known type."""
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-def _camel_path(path: str) -> str:
-    # Per identifier: "$.client_capabilities.terminal" -> "$.clientCapabilities.terminal".
-    return re.sub(r"(?<=[a-z0-9])_([a-z])", lambda m: m.group(1).upper(), path)
-
-
 def _strict(kind: type[Any], *, name: str) -> Any:
     """A structure hook that accepts exactly the JSON type *kind*, never a coercible lookalike.
 
@@ -75,22 +65,9 @@ def _strict(kind: type[Any], *, name: str) -> Any:
     def structure(value: object, _type: Any) -> Any:
         if type(value) is kind or (kind is float and type(value) is int):
             return value
-        raise TypeError(f"expected {name}, got {_json_type(value)}")
+        raise TypeError(f"expected {name}, got {json_type(value)}")
 
     return structure
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    return {
-        bool: "boolean",
-        int: "integer",
-        float: "number",
-        str: "string",
-        list: "array",
-        dict: "object",
-    }.get(type(value), type(value).__name__)
 
 
 # Registered by class (single dispatch), before any attrs class is registered below, so the
@@ -122,7 +99,7 @@ def register_wire_type(cls: type[Any]) -> None:
     """Register an attrs class whose wire names are camelCase and whose unset fields are omitted."""
     fields = attrs.fields(cls)
     overrides: dict[str, Any] = {
-        f.name: override(rename=_camel(f.name), omit_if_default=True) for f in fields
+        f.name: override(rename=camel(f.name), omit_if_default=True) for f in fields
     }
     converter.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, converter, **overrides))
     converter.register_structure_hook(
@@ -206,6 +183,6 @@ def _describe(exc: BaseException) -> str:
         messages = []
         for message in cattrs.transform_error(exc):
             text, sep, path = message.rpartition(" @ ")
-            messages.append(f"{text}{sep}{_camel_path(path)}" if sep else message)
+            messages.append(f"{text}{sep}{camel_path(path)}" if sep else message)
         return "; ".join(messages)
     return str(exc)

@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from .._collapse import collapse_single
+from .._json_names import json_type
 from ._errors import ConnectionClosed, ErrorCode, JsonRpcError
 
 __all__ = [
@@ -582,7 +583,7 @@ class JsonRpcConnection:
                 ),
             )
         if not isinstance(message, dict):
-            what = "a batch (array)" if isinstance(message, list) else _json_type(message)
+            what = "a batch (array)" if isinstance(message, list) else json_type(message)
             return _invalid(
                 None, f"a message must be a JSON object, got {what}; acp does not use batches"
             )
@@ -605,7 +606,7 @@ class JsonRpcConnection:
         request_id = message["id"]
         if not _valid_id(request_id):
             return _invalid(
-                None, f"id must be a string, an integer or null, got {_json_type(request_id)}"
+                None, f"id must be a string, an integer or null, got {json_type(request_id)}"
             )
         problem = _envelope_problem(message, _REQUEST_KEYS)
         if problem is not None:
@@ -738,7 +739,7 @@ class JsonRpcConnection:
     def _on_response_frame(self, message: dict[str, Any]) -> None:
         response_id = message["id"]
         if not _valid_id(response_id):
-            logger.warning("acp: response with an invalid id (%s) ignored", _json_type(response_id))
+            logger.warning("acp: response with an invalid id (%s) ignored", json_type(response_id))
             return
         entry = self._outstanding.pop(response_id, None)
         if entry is None:
@@ -816,7 +817,7 @@ def _envelope_problem(message: dict[str, Any], keys: frozenset[str]) -> str | No
         return "method must be a string"
     params = message.get("params")
     if params is not None and not isinstance(params, dict | list):
-        return f"params must be an object, got {_json_type(params)}"
+        return f"params must be an object, got {json_type(params)}"
     extra = set(message) - keys
     if extra:
         allowed = ", ".join(sorted(keys))
@@ -835,7 +836,7 @@ def _response_problem(message: dict[str, Any]) -> str | None:
     if "error" in message:
         error = message["error"]
         if not isinstance(error, dict):
-            return f"error must be an object, got {_json_type(error)}"
+            return f"error must be an object, got {json_type(error)}"
         if type(error.get("code")) is not int:
             return "error.code must be an integer"
         if not isinstance(error.get("message"), str):
@@ -843,20 +844,6 @@ def _response_problem(message: dict[str, Any]) -> str | None:
         if set(error) - {"code", "message", "data"}:
             return "error has members other than code, message and data"
     return None
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def _clip(value: object) -> str:

@@ -25,7 +25,6 @@ and unknown tags, with a :class:`WireDecodeError` that names each path in camelC
 from __future__ import annotations
 
 import enum
-import re
 import typing
 from typing import Annotated, Any, Final, TypeAlias, TypeVar
 
@@ -35,9 +34,9 @@ from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.v import format_exception
 
 from .._codec import converter, register_wire_type
+from .._json_names import camel, camel_path, json_type
 from ._errors import ErrorCode, JsonRpcError, WireDecodeError
 from ._jsonrpc import CANCEL_REQUEST_METHOD
-from ._jsonrpc import _json_type as _json_type  # one JSON-type namer for the wire layer
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -145,7 +144,7 @@ def _structure_strict(value: object, type_: Any) -> Any:
     }[origin]
     if not ok:
         article = "an" if expected[origin][0] in "ao" else "a"
-        raise _WireValueError(f"expected {article} {expected[origin]}, got {_json_type(value)}")
+        raise _WireValueError(f"expected {article} {expected[origin]}, got {json_type(value)}")
     if origin is tuple or origin is dict:
         return converter.structure(value, base)
     return value
@@ -569,25 +568,15 @@ _TOLERANT: frozenset[type[Any]] = frozenset(
 )
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-def _camel_path(path: str) -> str:
-    # Per identifier, so that "$.client_capabilities.terminal" keeps ".terminal" lower-case.
-    return re.sub(r"(?<=[a-z0-9])_([a-z])", lambda m: m.group(1).upper(), path)
-
-
 def _register(cls: type[Any]) -> None:
     register_wire_type(cls)
     generated = converter.get_structure_hook(cls)
-    known = frozenset(_camel(f.name) for f in attrs.fields(cls))
+    known = frozenset(camel(f.name) for f in attrs.fields(cls))
     tolerant = cls in _TOLERANT
 
     def structure(value: object, type_: Any) -> Any:
         if not isinstance(value, dict):
-            raise _WireValueError(f"expected an object, got {_json_type(value)}")
+            raise _WireValueError(f"expected an object, got {json_type(value)}")
         if tolerant:
             value = {k: v for k, v in value.items() if k in known}
         elif _META in value:
@@ -611,7 +600,7 @@ def _register_union(
 
     def structure(value: object, _type: Any) -> Any:
         if not isinstance(value, dict):
-            raise _WireValueError(f"{what} must be an object, got {_json_type(value)}")
+            raise _WireValueError(f"{what} must be an object, got {json_type(value)}")
         if tag_key not in value:
             if untagged is not None:
                 return converter.structure(value, untagged)
@@ -619,7 +608,7 @@ def _register_union(
         tag = value[tag_key]
         cls = variants.get(tag) if isinstance(tag, str) else None
         if cls is None:
-            shown = repr(tag) if isinstance(tag, str) and len(tag) <= 40 else _json_type(tag)
+            shown = repr(tag) if isinstance(tag, str) and len(tag) <= 40 else json_type(tag)
             raise _WireValueError(
                 f"{tag_key} {shown} is not a known {what}: expected one of {expected}"
             )
@@ -783,5 +772,5 @@ def _problems(exc: BaseException) -> tuple[str, ...]:
     problems = []
     for message in messages:
         text, sep, path = message.rpartition(" @ ")
-        problems.append(f"{text}{sep}{_camel_path(path)}" if sep else message)
+        problems.append(f"{text}{sep}{camel_path(path)}" if sep else message)
     return tuple(problems)
