@@ -419,7 +419,7 @@ async def test_one_statement_groups_write_what_statement_by_statement_groups_wri
     monkeypatch.setattr(_sqlite_writer, "_ONE_STATEMENT_MIN_ROWS", 1)  # even one-row groups
     with trio.fail_after(30):
         await _mixed_workload(tmp_path / "one.db")
-        monkeypatch.setattr(_sqlite_writer, "_install_group_write", lambda _conn: False)
+        monkeypatch.setattr(_sqlite_writer, "install_group_write", lambda _conn: False)
         await _mixed_workload(tmp_path / "many.db")
     one, many = _dump(tmp_path / "one.db"), _dump(tmp_path / "many.db")
     # Group composition may differ between runs (timing), so compare per session, not rowids.

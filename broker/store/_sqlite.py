@@ -28,14 +28,14 @@ from .._collapse import collapse_single
 from .._events import Event
 from ._protocol import SessionRecord
 from ._sqlite_reader import open_sqlite_reader
-from ._sqlite_writer import (
+from ._sqlite_requests import (
     AppendRequest,
     CreateRequest,
     ImportRequest,
     ReadRequest,
-    SqliteWriter,
     wall_clock_ms,
 )
+from ._sqlite_writer import SqliteWriter
 
 if TYPE_CHECKING:
     import sqlite3

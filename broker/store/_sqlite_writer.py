@@ -37,12 +37,10 @@ in the actor itself fails its group and everything queued, then propagates to th
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sqlite3
-import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import outcome
@@ -54,7 +52,28 @@ from ._chain import GENESIS, chain_hash
 from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
 from ._protocol import StoreError
 from ._recovery import RecoveredSession, RecoveryReport, recovery_events
+from ._sqlite_group import (
+    AUTO_CREATE_SQL,
+    CHECKPOINT_SQL,
+    CREATE_SQL,
+    EMPTY_PLAN,
+    GROUP_SQL,
+    HEAD_SQL,
+    INSERT_SQL,
+    Plan,
+    group_parameters,
+    install_group_write,
+    nul_free,
+)
 from ._sqlite_load import SessionHead, load_heads, load_session, pending_in_log_order
+from ._sqlite_requests import (
+    AppendRequest,
+    CreateRequest,
+    ImportRequest,
+    ReadRequest,
+    Request,
+    wall_clock_ms,
+)
 from ._sqlite_schema import StoreOpenError, Synchronous, check_writer_path, connect_writer
 from ._worker_thread import WorkerThread
 from ._writer_lock import WriterLock
@@ -62,217 +81,8 @@ from ._writer_lock import WriterLock
 if TYPE_CHECKING:
     from .._events import Event
 
-__all__ = [
-    "AppendRequest",
-    "CreateRequest",
-    "ImportRequest",
-    "ReadRequest",
-    "Request",
-    "SessionExistsError",
-    "SqliteWriter",
-    "wall_clock_ms",
-]
+__all__ = ["SessionExistsError", "SqliteWriter"]
 
-_CREATE_SQL = (
-    "INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash) VALUES (?, ?, ?, 0, ?) "
-    "ON CONFLICT (id) DO UPDATE SET parent_id = excluded.parent_id"
-)
-_AUTO_CREATE_SQL = (
-    "INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash) VALUES (?, ?, ?, 0, ?) "
-    "ON CONFLICT (id) DO NOTHING"
-)
-_INSERT_SQL = (
-    "INSERT INTO events (session_id, seq, ts_ms, line, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_HEAD_SQL = "UPDATE sessions SET head_seq = ?, head_hash = ? WHERE id = ?"
-_CHECKPOINT_SQL = (
-    "INSERT INTO checkpoints (session_id, seq, state, projection) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
-    "projection = excluded.projection"
-)
-
-# The whole group as ONE statement: an INSERT into a connection-local (TEMP) view whose INSTEAD
-# OF trigger does what the statements above do, reading the group from JSON arrays (and the
-# 32-byte hashes from two concatenated blobs). SQLite runs it in C with the GIL released from
-# start to COMMIT, instead of re-taking the GIL for every row of an executemany — so the trio
-# thread stages the next group in parallel. In autocommit mode the statement is its own
-# transaction (all or nothing, fsynced at its end with synchronous=FULL). Nothing of this is
-# stored in the file. Arrays (NULL when empty):
-#   creates [[id, parent_id], ...]   auto_creates [id, ...]   rows [[session_id, seq, line], ...]
-#   heads [[session_id, seq, index of its row], ...]   checkpoints [[id, seq, state, fp], ...]
-_GROUP_DDL = (
-    "PRAGMA temp_store = MEMORY",
-    "CREATE TEMP VIEW group_write (creates, auto_creates, rows, prev_hashes, hashes, heads, "
-    "checkpoints, ts_ms) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
-    """CREATE TEMP TRIGGER group_write_rows INSTEAD OF INSERT ON group_write BEGIN
-        INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash)
-            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), NEW.ts_ms, 0,
-                zeroblob(32)
-            FROM json_each(NEW.creates) WHERE true
-            ON CONFLICT (id) DO UPDATE SET parent_id = excluded.parent_id;
-        INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash)
-            SELECT value, NULL, NEW.ts_ms, 0, zeroblob(32) FROM json_each(NEW.auto_creates)
-            WHERE true ON CONFLICT (id) DO NOTHING;
-        INSERT INTO events (session_id, seq, ts_ms, line, prev_hash, hash)
-            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), NEW.ts_ms,
-                json_extract(value, '$[2]'), substr(NEW.prev_hashes, key * 32 + 1, 32),
-                substr(NEW.hashes, key * 32 + 1, 32)
-            FROM json_each(NEW.rows);
-        UPDATE sessions SET head_seq = json_extract(value, '$[1]'),
-                head_hash = substr(NEW.hashes, json_extract(value, '$[2]') * 32 + 1, 32)
-            FROM json_each(NEW.heads) WHERE sessions.id = json_extract(value, '$[0]');
-        INSERT INTO checkpoints (session_id, seq, state, projection)
-            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
-                json_extract(value, '$[2]'), json_extract(value, '$[3]')
-            FROM json_each(NEW.checkpoints) WHERE true
-            ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state,
-                projection = excluded.projection;
-    END""",
-)
-_GROUP_SQL = "INSERT INTO temp.group_write VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-
-
-def _json_array(items: list[Any]) -> str | None:
-    return json.dumps(items, ensure_ascii=False, separators=(",", ":")) if items else None
-
-
-def _nul_free(session_ids: Iterable[str], parent_ids: list[str]) -> bool:
-    return "\x00" not in "".join(session_ids) and "\x00" not in "".join(parent_ids)
-
-
-def _install_group_write(conn: sqlite3.Connection) -> bool:
-    """Create the connection-local group statement; False if this SQLite cannot run it (no JSON
-    functions, or older than 3.33), in which case groups are written statement by statement."""
-    try:
-        for statement in _GROUP_DDL:
-            conn.execute(statement)
-        # Prepare and run it once (it writes nothing) to find a missing function now.
-        conn.execute("BEGIN")
-        try:
-            conn.execute(_GROUP_SQL, (None, None, None, b"", b"", None, None, 0))
-        finally:
-            conn.execute("ROLLBACK")
-    except sqlite3.Error:
-        return False
-    return True
-
-
-def _group_parameters(plan: _Plan) -> tuple[object, ...]:
-    """The parameters of :data:`_GROUP_SQL` for *plan* (on the worker thread)."""
-    rows = plan.rows
-    index = {row[0]: position for position, row in enumerate(rows)}  # last row per session
-    return (
-        _json_array([[session_id, parent_id] for session_id, parent_id, _, _ in plan.creates]),
-        _json_array([session_id for session_id, _, _, _ in plan.auto_creates]),
-        _json_array([[row[0], row[1], row[3]] for row in rows]),
-        b"".join([row[4] for row in rows]),
-        b"".join([row[5] for row in rows]),
-        _json_array([[session_id, seq, index[session_id]] for seq, _, session_id in plan.heads]),
-        _json_array([list(checkpoint) for checkpoint in plan.checkpoints]),
-        plan.ts_ms,
-    )
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch: the timestamp stored with each row (not in the event)."""
-    return time.time_ns() // 1_000_000
-
-
-@attrs.define(eq=False, kw_only=True)
-class Request:
-    """One call queued for the writer; resolved exactly once by the actor.
-
-    Hot path: the one waiting task is parked and rescheduled directly (no :class:`trio.Event`,
-    whose set of waiters one caller does not need).
-    """
-
-    session_id: str
-    _done: bool = attrs.field(default=False, init=False)
-    _error: BaseException | None = attrs.field(default=None, init=False)
-    _waiter: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
-
-    def fail(self, error: BaseException) -> None:
-        """Resolve with *error* (no-op if already resolved)."""
-        if not self._done:
-            self._error = error
-            self._resolve()
-
-    def succeed(self) -> None:
-        """Resolve successfully (no-op if already resolved)."""
-        if not self._done:
-            self._resolve()
-
-    def _resolve(self) -> None:
-        self._done = True
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            trio.lowlevel.reschedule(waiter)
-
-    def _abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
-        self._waiter = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    async def wait(self) -> None:
-        """Wait for the resolution (one waiter at a time); raise the error it carries.
-
-        Cancellation: the request stays queued and may still be carried out.
-        """
-        if self._done:
-            await trio.lowlevel.checkpoint()
-        else:
-            self._waiter = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._abort)
-        if self._error is not None:
-            raise self._error
-
-
-@attrs.define(eq=False, kw_only=True)
-class CreateRequest(Request):
-    """Record a session (and its parent)."""
-
-    parent_id: str | None
-
-
-@attrs.define(eq=False, kw_only=True)
-class AppendRequest(Request):
-    """Append *events* (already encoded to *lines* by the caller) atomically."""
-
-    events: tuple[Event, ...]
-    lines: tuple[str, ...]
-
-
-@attrs.define(eq=False, kw_only=True)
-class ImportRequest(AppendRequest):
-    """Create a session that must not exist yet and append *events*, in one transaction."""
-
-    parent_id: str | None
-
-
-@attrs.define(eq=False, kw_only=True)
-class ReadRequest(Request):
-    """Read a session's events; the result is left in ``events``."""
-
-    events: list[Event] = attrs.field(factory=list, init=False)
-
-
-@attrs.frozen(kw_only=True)
-class _Plan:
-    """Everything one group writes, prepared on the trio thread."""
-
-    creates: list[tuple[str, str | None, int, bytes]]
-    auto_creates: list[tuple[str, None, int, bytes]]
-    rows: list[tuple[str, int, int, str, bytes, bytes]]
-    heads: list[tuple[int, bytes, str]]
-    checkpoints: list[tuple[str, int, str, str]]
-    fault: sqlite3.Error | None
-    # The session and parent ids of the group contain no NUL (SQLite's JSON functions stop at
-    # one), so the group may be written as one statement.
-    nul_free: bool = True
-    ts_ms: int = 0
-
-
-_EMPTY_PLAN = _Plan(creates=[], auto_creates=[], rows=[], heads=[], checkpoints=[], fault=None)
 _EMPTY_HEAD = SessionHead(seq=0, hash=GENESIS, state=ApprovalState(), checkpoint_seq=0)
 # Split a crowd of at least twice this many waiting requests over two transactions.
 _SPLIT_MIN = 64
@@ -287,7 +97,7 @@ _HANDOFF_MIN = 8
 class _Job:
     """One group's transaction: what it writes, whom it answers, the heads it will commit."""
 
-    plan: _Plan
+    plan: Plan
     accepted: list[Request]
     rejected: list[tuple[Request, StoreError]]
     staged: dict[str, SessionHead]
@@ -557,14 +367,14 @@ class SqliteWriter:
                 state_json = encode_state(head.state)
                 checkpoints.append((session_id, head.seq, state_json, PROJECTION_FINGERPRINT))
                 staged[session_id] = attrs.evolve(head, checkpoint_seq=head.seq)
-        plan = _Plan(
+        plan = Plan(
             creates=creates,
             auto_creates=auto_creates,
             rows=rows,
             heads=heads,
             checkpoints=checkpoints,
             fault=None,
-            nul_free=_nul_free(staged, [parent for _, parent, _, _ in creates if parent]),
+            nul_free=nul_free(staged, [parent for _, parent, _, _ in creates if parent]),
             ts_ms=now,
         )
         return _Job(plan=plan, accepted=accepted, rejected=rejected, staged=staged)
@@ -593,7 +403,7 @@ class SqliteWriter:
         if self._broken is not None:
             for request in writes:
                 request.fail(self._broken_error())
-            return _Job(plan=_EMPTY_PLAN, accepted=[], rejected=[], staged={})
+            return _Job(plan=EMPTY_PLAN, accepted=[], rejected=[], staged={})
         return self._stage(writes, now)
 
     def _submit(self, job: _Job) -> None:
@@ -663,19 +473,19 @@ class SqliteWriter:
             raise _ConnectionLost(f"the connection to '{self.path}' was closed after an error")
         return self._conn
 
-    def _write_job(self, plan: _Plan) -> None:
+    def _write_job(self, plan: Plan) -> None:
         conn = self._require_conn()
         one_statement = (
             self._one_statement and plan.nul_free and len(plan.rows) >= _ONE_STATEMENT_MIN_ROWS
         )
         if one_statement and plan.fault is None:
             # Autocommit: the statement is the transaction; SQLite rolls it back if it fails.
-            conn.execute(_GROUP_SQL, _group_parameters(plan))
+            conn.execute(GROUP_SQL, group_parameters(plan))
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
             if one_statement:
-                conn.execute(_GROUP_SQL, _group_parameters(plan))
+                conn.execute(GROUP_SQL, group_parameters(plan))
             else:
                 self._write_statements(conn, plan)
             if plan.fault is not None:
@@ -686,18 +496,18 @@ class SqliteWriter:
             raise
 
     @staticmethod
-    def _write_statements(conn: sqlite3.Connection, plan: _Plan) -> None:
+    def _write_statements(conn: sqlite3.Connection, plan: Plan) -> None:
         """The group statement by statement (an SQLite without JSON functions, or NUL in an id)."""
         if plan.creates:
-            conn.executemany(_CREATE_SQL, plan.creates)
+            conn.executemany(CREATE_SQL, plan.creates)
         if plan.auto_creates:
-            conn.executemany(_AUTO_CREATE_SQL, plan.auto_creates)
+            conn.executemany(AUTO_CREATE_SQL, plan.auto_creates)
         if plan.rows:
-            conn.executemany(_INSERT_SQL, plan.rows)
+            conn.executemany(INSERT_SQL, plan.rows)
         if plan.heads:
-            conn.executemany(_HEAD_SQL, plan.heads)
+            conn.executemany(HEAD_SQL, plan.heads)
         if plan.checkpoints:
-            conn.executemany(_CHECKPOINT_SQL, plan.checkpoints)
+            conn.executemany(CHECKPOINT_SQL, plan.checkpoints)
 
     def _rollback(self, conn: sqlite3.Connection) -> None:
         # SQLite rolls back by itself after some errors (SQLITE_FULL at COMMIT, for one).
@@ -814,7 +624,7 @@ class SqliteWriter:
             raise StoreOpenError(
                 f"cannot open store file '{self.path}': sqlite says {str(exc)!r}"
             ) from exc
-        self._one_statement = _install_group_write(conn)
+        self._one_statement = install_group_write(conn)
 
     def _pending_job(self, wanted: dict[str, frozenset[str]]) -> dict[str, list[str]]:
         conn = self._require_conn()
@@ -863,7 +673,7 @@ class SqliteWriter:
         if not due or not self.checkpoint_every or self._broken is not None:
             await trio.lowlevel.checkpoint()
             return
-        plan = _Plan(
+        plan = Plan(
             creates=[],
             auto_creates=[],
             rows=[],
@@ -873,7 +683,7 @@ class SqliteWriter:
                 for session_id, head in due.items()
             ],
             fault=None,
-            nul_free=_nul_free(due, []),
+            nul_free=nul_free(due, []),
         )
         try:
             await self._thread.run(functools.partial(self._write_job, plan))

@@ -1,0 +1,149 @@
+"""How one commit group is written: its SQL, and the plan the actor stages for the worker.
+
+A group is written as ONE SQL statement when SQLite has JSON functions and no session id holds a
+NUL: an INSERT into a connection-local view whose trigger reads the group's creates, rows, heads
+and checkpoints from JSON arrays (:func:`install_group_write`, :func:`group_parameters`). Else it
+is written statement by statement with the plain statements below.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "AUTO_CREATE_SQL",
+    "CHECKPOINT_SQL",
+    "CREATE_SQL",
+    "EMPTY_PLAN",
+    "GROUP_SQL",
+    "HEAD_SQL",
+    "INSERT_SQL",
+    "Plan",
+    "group_parameters",
+    "install_group_write",
+    "nul_free",
+]
+
+
+CREATE_SQL = (
+    "INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash) VALUES (?, ?, ?, 0, ?) "
+    "ON CONFLICT (id) DO UPDATE SET parent_id = excluded.parent_id"
+)
+AUTO_CREATE_SQL = (
+    "INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash) VALUES (?, ?, ?, 0, ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+INSERT_SQL = (
+    "INSERT INTO events (session_id, seq, ts_ms, line, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?)"
+)
+HEAD_SQL = "UPDATE sessions SET head_seq = ?, head_hash = ? WHERE id = ?"
+CHECKPOINT_SQL = (
+    "INSERT INTO checkpoints (session_id, seq, state, projection) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
+    "projection = excluded.projection"
+)
+
+# The whole group as ONE statement: an INSERT into a connection-local (TEMP) view whose INSTEAD
+# OF trigger does what the statements above do, reading the group from JSON arrays (and the
+# 32-byte hashes from two concatenated blobs). SQLite runs it in C with the GIL released from
+# start to COMMIT, instead of re-taking the GIL for every row of an executemany — so the trio
+# thread stages the next group in parallel. In autocommit mode the statement is its own
+# transaction (all or nothing, fsynced at its end with synchronous=FULL). Nothing of this is
+# stored in the file. Arrays (NULL when empty):
+#   creates [[id, parent_id], ...]   auto_creates [id, ...]   rows [[session_id, seq, line], ...]
+#   heads [[session_id, seq, index of its row], ...]   checkpoints [[id, seq, state, fp], ...]
+_GROUP_DDL = (
+    "PRAGMA temp_store = MEMORY",
+    "CREATE TEMP VIEW group_write (creates, auto_creates, rows, prev_hashes, hashes, heads, "
+    "checkpoints, ts_ms) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+    """CREATE TEMP TRIGGER group_write_rows INSTEAD OF INSERT ON group_write BEGIN
+        INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash)
+            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), NEW.ts_ms, 0,
+                zeroblob(32)
+            FROM json_each(NEW.creates) WHERE true
+            ON CONFLICT (id) DO UPDATE SET parent_id = excluded.parent_id;
+        INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash)
+            SELECT value, NULL, NEW.ts_ms, 0, zeroblob(32) FROM json_each(NEW.auto_creates)
+            WHERE true ON CONFLICT (id) DO NOTHING;
+        INSERT INTO events (session_id, seq, ts_ms, line, prev_hash, hash)
+            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), NEW.ts_ms,
+                json_extract(value, '$[2]'), substr(NEW.prev_hashes, key * 32 + 1, 32),
+                substr(NEW.hashes, key * 32 + 1, 32)
+            FROM json_each(NEW.rows);
+        UPDATE sessions SET head_seq = json_extract(value, '$[1]'),
+                head_hash = substr(NEW.hashes, json_extract(value, '$[2]') * 32 + 1, 32)
+            FROM json_each(NEW.heads) WHERE sessions.id = json_extract(value, '$[0]');
+        INSERT INTO checkpoints (session_id, seq, state, projection)
+            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+                json_extract(value, '$[2]'), json_extract(value, '$[3]')
+            FROM json_each(NEW.checkpoints) WHERE true
+            ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state,
+                projection = excluded.projection;
+    END""",
+)
+GROUP_SQL = "INSERT INTO temp.group_write VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def _json_array(items: list[Any]) -> str | None:
+    return json.dumps(items, ensure_ascii=False, separators=(",", ":")) if items else None
+
+
+def nul_free(session_ids: Iterable[str], parent_ids: list[str]) -> bool:
+    return "\x00" not in "".join(session_ids) and "\x00" not in "".join(parent_ids)
+
+
+def install_group_write(conn: sqlite3.Connection) -> bool:
+    """Create the connection-local group statement; False if this SQLite cannot run it (no JSON
+    functions, or older than 3.33), in which case groups are written statement by statement."""
+    try:
+        for statement in _GROUP_DDL:
+            conn.execute(statement)
+        # Prepare and run it once (it writes nothing) to find a missing function now.
+        conn.execute("BEGIN")
+        try:
+            conn.execute(GROUP_SQL, (None, None, None, b"", b"", None, None, 0))
+        finally:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        return False
+    return True
+
+
+def group_parameters(plan: Plan) -> tuple[object, ...]:
+    """The parameters of :data:`GROUP_SQL` for *plan* (on the worker thread)."""
+    rows = plan.rows
+    index = {row[0]: position for position, row in enumerate(rows)}  # last row per session
+    return (
+        _json_array([[session_id, parent_id] for session_id, parent_id, _, _ in plan.creates]),
+        _json_array([session_id for session_id, _, _, _ in plan.auto_creates]),
+        _json_array([[row[0], row[1], row[3]] for row in rows]),
+        b"".join([row[4] for row in rows]),
+        b"".join([row[5] for row in rows]),
+        _json_array([[session_id, seq, index[session_id]] for seq, _, session_id in plan.heads]),
+        _json_array([list(checkpoint) for checkpoint in plan.checkpoints]),
+        plan.ts_ms,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """Everything one group writes, prepared on the trio thread."""
+
+    creates: list[tuple[str, str | None, int, bytes]]
+    auto_creates: list[tuple[str, None, int, bytes]]
+    rows: list[tuple[str, int, int, str, bytes, bytes]]
+    heads: list[tuple[int, bytes, str]]
+    checkpoints: list[tuple[str, int, str, str]]
+    fault: sqlite3.Error | None
+    # The session and parent ids of the group contain no NUL (SQLite's JSON functions stop at
+    # one), so the group may be written as one statement.
+    nul_free: bool = True
+    ts_ms: int = 0
+
+
+EMPTY_PLAN = Plan(creates=[], auto_creates=[], rows=[], heads=[], checkpoints=[], fault=None)
