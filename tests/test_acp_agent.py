@@ -34,38 +34,15 @@ from broker.scenarios import scenario_path
 from broker.tools import BubblewrapExecutor, SandboxUnavailableError
 
 from .acp_schema import validate_agent_traffic
+from .interop_support import (
+    ESCALATE_TOOL_CALL,
+    PERMISSION_OPTIONS,
+)
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 ALLOW = {"outcome": {"outcome": "selected", "optionId": "allow-once"}}
 REJECT = {"outcome": {"outcome": "selected", "optionId": "reject-once"}}
-PERMISSION_OPTIONS = [
-    {"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
-    {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
-]
-ESCALATE_COMMAND = "echo escalated > escalated.txt && cat escalated.txt"
-ESCALATE_JUSTIFICATION = "the user asked to write escalated.txt in the workspace"
-#: What the editor's prompt gets to show: the command, the modes and why (spec 8.4 + issue 14).
-ESCALATE_TOOL_CALL = {
-    "toolCallId": "call_escalate",
-    "kind": "execute",
-    "title": ESCALATE_COMMAND,
-    "content": [
-        {
-            "type": "content",
-            "content": {
-                "type": "text",
-                "text": f"run `{ESCALATE_COMMAND}` with workspace-write access: "
-                f"{ESCALATE_JUSTIFICATION}",
-            },
-        }
-    ],
-    "rawInput": {
-        "command": ESCALATE_COMMAND,
-        "sandbox_permissions": "workspace-write",
-        "justification": ESCALATE_JUSTIFICATION,
-    },
-}
 
 
 @pytest.fixture

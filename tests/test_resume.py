@@ -145,21 +145,9 @@ async def test_a_checkpoint_that_disagrees_with_the_events_is_rebuilt(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "log.sqlite"
-    async with open_broker(store=path) as broker:
-        session = await broker.start_session()
-        await broker.grant(session, "bash")
-        session_id = session.id
-    conn = sqlite3.connect(path)
-    with conn:
-        changed = conn.execute(
-            "UPDATE checkpoints SET state = replace(state, 'bash', 'rm') WHERE session_id = ?",
-            (session_id,),
-        ).rowcount
-        conn.execute(
-            "UPDATE checkpoints SET state = '{\"events\": 99}' WHERE session_id = ?", (session_id,)
-        )
-    conn.close()
-    assert changed == 1
+    session_id = await _session_with_a_grant_checkpoint(path)
+    # The checkpoint no longer fits the log (it claims 99 events).
+    _rewrite_checkpoint(path, session_id, "?", ('{"events": 99}',))
     with caplog.at_level(logging.WARNING, logger="broker.store"):
         async with open_broker(store=path) as broker:
             session = await broker.start_session(resume=session_id)
@@ -283,23 +271,34 @@ async def test_a_checkpoint_whose_content_was_altered_is_not_trusted(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "log.sqlite"
-    async with open_broker(store=path) as broker:
-        session = await broker.start_session()
-        await broker.grant(session, "bash")
-        session_id = session.id
-    conn = sqlite3.connect(path)
-    with conn:
-        # The event count still fits: only the content is wrong (a grant nobody made).
-        changed = conn.execute(
-            'UPDATE checkpoints SET state = replace(state, \'"bash"\', \'"bash","rm"\') '
-            "WHERE session_id = ?",
-            (session_id,),
-        ).rowcount
-    conn.close()
-    assert changed == 1
+    session_id = await _session_with_a_grant_checkpoint(path)
+    # The event count still fits: only the content is wrong (a grant nobody made).
+    _rewrite_checkpoint(path, session_id, "replace(state, ?, ?)", ('"bash"', '"bash","rm"'))
     with caplog.at_level(logging.WARNING, logger="broker"):
         async with open_broker(store=path) as broker:
             session = await broker.start_session(resume=session_id)
             assert session.state.grants == frozenset({"bash"})
             assert not broker.is_granted(session.agent, "rm")
     assert "disagrees with its events; resuming from the events" in caplog.text
+
+
+async def _session_with_a_grant_checkpoint(path: pathlib.Path) -> str:
+    """A session granted ``bash``, closed (so its checkpoint is written); its id."""
+    async with open_broker(store=path) as broker:
+        session = await broker.start_session()
+        await broker.grant(session, "bash")
+        return session.id
+
+
+def _rewrite_checkpoint(
+    path: pathlib.Path, session_id: str, expression: str, values: tuple[str, ...]
+) -> None:
+    """Set the session's checkpoint ``state`` to an SQL *expression* (the events stay)."""
+    conn = sqlite3.connect(path)
+    with conn:
+        changed = conn.execute(
+            f"UPDATE checkpoints SET state = {expression} WHERE session_id = ?",
+            (*values, session_id),
+        ).rowcount
+    conn.close()
+    assert changed == 1
