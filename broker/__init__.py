@@ -20,6 +20,7 @@ from ._broker import serve_broker as serve_broker
 from ._codec import EventDecodeError as EventDecodeError
 from ._codec import decode_event as decode_event
 from ._codec import encode_event as encode_event
+from ._decision import Answer as Answer
 from ._decision import Decision as Decision
 from ._errors import AuditAppendError as AuditAppendError
 from ._errors import AuditInvariantError as AuditInvariantError
@@ -59,6 +60,7 @@ __all__ = [
     "AbortSignal",
     "Agent",
     "AgentMessage",
+    "Answer",
     "AnswerFn",
     "AnswerNext",
     "AnswererHandle",

@@ -1,6 +1,7 @@
 """Answerers and the waterfall that consults them (spec section 4).
 
-An answerer is ``async def answer(req, next) -> Outcome``: it claims the single decision by
+An answerer is ``async def answer(req, next) -> Outcome`` (or an :class:`Answer` naming who
+answered): it claims the single decision by
 returning an outcome, or delegates with ``return await next()``. The end of the chain is
 ``unavailable``, so zero answerers fail closed without configuration.
 
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import attrs
 import trio
 
+from ._decision import Answer
 from ._flight import Flight, Withdrawal
 from ._vocabulary import Outcome
 from ._waterfall import run_chain
@@ -33,7 +35,7 @@ __all__ = ["AnswerFn", "AnswerNext", "AnswererHandle", "run_waterfall"]
 log = logging.getLogger("broker.answerers")
 
 AnswerNext: TypeAlias = Callable[[], Awaitable[Outcome]]
-AnswerFn: TypeAlias = Callable[["ApprovalRequest", AnswerNext], Awaitable[Outcome]]
+AnswerFn: TypeAlias = Callable[["ApprovalRequest", AnswerNext], Awaitable["Outcome | Answer"]]
 
 _VOCABULARY = frozenset(o.value for o in Outcome)
 
@@ -103,6 +105,10 @@ class AnswererHandle:
             return Outcome.UNAVAILABLE  # noqa: ASYNC910 (see above)
         finally:
             self._inflight.discard(flight)
+        if isinstance(result, Answer):
+            if result.by is not None:
+                flight.answered = (result.outcome, result.by)
+            return result.outcome
         return _normalise(result, self)
 
 

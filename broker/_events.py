@@ -76,7 +76,9 @@ class ApprovalDecided(Event):
     """The answer to the :class:`ApprovalAsked` with the same ``id``.
 
     ``remembered`` marks a remembered grant, ``policy`` the ``never`` policy (Beyond), and
-    ``recovered`` a crash tail closed by recovery (Beyond, spec 7). Each is omitted when unset.
+    ``recovered`` a crash tail closed by recovery (Beyond, spec 7), ``answered_by`` who answered
+    when the deciding answerer named them (Beyond: ``answeredBy``). Each is omitted when unset,
+    so seed-compatible lines stay byte-identical.
     """
 
     TYPE: ClassVar[str] = "approval/decided"
@@ -85,6 +87,7 @@ class ApprovalDecided(Event):
     remembered: bool = False
     policy: Policy | None = None
     recovered: bool = False
+    answered_by: str | None = None
 
 
 @attrs.frozen(kw_only=True)

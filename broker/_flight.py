@@ -7,6 +7,8 @@ import enum
 import attrs
 import trio
 
+from ._vocabulary import Outcome
+
 __all__ = ["Flight", "Withdrawal"]
 
 
@@ -30,6 +32,9 @@ class Flight:
 
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     cause: Withdrawal | None = None
+    # The last named answer given for this question: (outcome, who). Recorded as answeredBy
+    # when the waterfall's result is that outcome.
+    answered: tuple[Outcome, str] | None = None
 
     def withdraw(self, cause: Withdrawal, detail: str) -> None:
         """Withdraw the question (the first cause is kept). Never blocks."""

@@ -620,17 +620,28 @@ class Session:
                 with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
                     await self._record_cancelled(request_id)
                 raise
+            answered = flight.answered
+            answered_by = (
+                answered[1]
+                if answered is not None and answered[0] is outcome and flight.cause is None
+                else None
+            )
             decided = ApprovalDecided(
                 id=request_id,
                 outcome=outcome,
                 remembered=remembered,
                 policy=Policy.NEVER if by_policy else None,
+                answered_by=answered_by,
             )
             # Invariant: once the race is decided, the log records that decision — a caller
             # cancelled from here on gets Cancelled at its next checkpoint, after the return.
             await self._append(lambda _state: decided, internal=True, shielded=True)
             return Decision(
-                id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy
+                id=request_id,
+                outcome=outcome,
+                remembered=remembered,
+                by_policy=by_policy,
+                answered_by=answered_by,
             )
         finally:
             self._settle(request_id)

@@ -1,4 +1,8 @@
-"""The in-memory event store: durable for as long as the process lives; for tests and benches."""
+"""The in-memory event store: durable for as long as the process lives; for tests and benches.
+
+It is the one append path with durability already done: :meth:`MemoryStore.submit` stores the
+events and returns a resolved ticket, so a session's append costs no scheduling pass.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from .._projection import ApprovalState, fold_all
-from ._protocol import SessionRecord, StoreError
+from .._projection import ApprovalState, fold
+from ._protocol import Durability, SessionRecord, StoreError, StoreHead
+from ._ticket import DURABLE
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -19,14 +24,15 @@ __all__ = ["MemoryStore"]
 
 @attrs.define(eq=False)
 class MemoryStore:
-    """Keeps each session's events in a list. Appends are acknowledged at once (after a checkpoint).
+    """Keeps each session's events in a list; a submission is acknowledged at once.
 
-    ``fail_appends`` is a test seam: while it is set, every append raises it as a
+    ``fail_appends`` is a test seam: while it is set, every submission raises it as a
     :class:`StoreError` message and stores nothing (a full disk, a broken connection).
     """
 
     _logs: dict[str, list[Event]] = attrs.field(factory=dict, init=False)
     _parents: dict[str, str | None] = attrs.field(factory=dict, init=False)
+    _heads: dict[str, StoreHead] = attrs.field(factory=dict, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     fail_appends: str | None = None
 
@@ -37,17 +43,75 @@ class MemoryStore:
         self._logs.setdefault(session_id, [])
         self._parents[session_id] = parent_id
 
+    async def claim(self, session_id: str) -> StoreHead:
+        """The head of *session_id* (one process: nothing to take over). Cancellation: safe."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        if session_id not in self._logs:
+            raise StoreError(f"memory store holds no session {session_id!r}")
+        return self.head_nowait(session_id)
+
+    def submit(
+        self, session_id: str, seq: int, events: Sequence[Event], state: ApprovalState
+    ) -> Durability:
+        """Store *events* (they follow seq *seq*) now; the ticket is already resolved."""
+        self._check_open()
+        if self.fail_appends is not None:
+            raise StoreError(self.fail_appends)
+        log = self._logs.setdefault(session_id, [])
+        if seq != len(log):
+            raise StoreError(
+                f"session {session_id!r} submitted events after seq {seq}, but its log ends at "
+                f"seq {len(log)}: re-read the head (store.head) before sequencing again"
+            )
+        log.extend(events)
+        self._heads[session_id] = StoreHead(seq=len(log), state=state)
+        return DURABLE
+
+    @property
+    def congested(self) -> bool:
+        """Never: nothing waits to be written."""
+        return False
+
+    async def wait_for_room(self) -> None:
+        """A checkpoint. Cancellation: safe."""
+        await trio.lowlevel.checkpoint()
+
+    async def head(self, session_id: str) -> StoreHead:
+        """The head of *session_id*. Cancellation: safe."""
+        await trio.lowlevel.checkpoint()
+        return self.head_nowait(session_id)
+
+    def head_nowait(self, session_id: str) -> StoreHead:
+        """Synchronous twin of :meth:`head`."""
+        head = self._heads.get(session_id)
+        if head is None:
+            head = StoreHead()
+            for event in self._logs.get(session_id, ()):
+                head = StoreHead(seq=head.seq + 1, state=fold(head.state, event))
+        return head
+
+    async def release(self, session_id: str) -> None:
+        """Nothing to release in one process. Cancellation: safe."""
+        await trio.lowlevel.checkpoint()
+
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
-        """Append *events*. Cancellation: a plain checkpoint first; appended iff it returns."""
+        """Fold and store *events* after the session's last. Cancellation: a plain checkpoint
+        first; appended iff it returns."""
         await trio.lowlevel.checkpoint()
         self.append_nowait(session_id, events)
 
     def append_nowait(self, session_id: str, events: Sequence[Event]) -> None:
-        """Synchronous twin of :meth:`append`: this store acknowledges at once."""
-        self._check_open()
-        if self.fail_appends is not None:
-            raise StoreError(self.fail_appends)
-        self._logs.setdefault(session_id, []).extend(events)
+        """Synchronous twin of :meth:`append`."""
+        head = self.head_nowait(session_id)
+        state = head.state
+        for event in events:
+            state = fold(state, event)
+        self.submit(session_id, head.seq, events, state)
+
+    async def load_state(self, session_id: str) -> ApprovalState:
+        """The projection of *session_id*'s log. Cancellation: safe."""
+        return (await self.head(session_id)).state
 
     async def lookup(self, session_id: str) -> SessionRecord | None:
         """The record of *session_id*, or None. Cancellation: safe."""
@@ -56,11 +120,6 @@ class MemoryStore:
         if session_id not in self._logs:
             return None
         return SessionRecord(session_id=session_id, parent_id=self._parents.get(session_id))
-
-    async def load_state(self, session_id: str) -> ApprovalState:
-        """Fold *session_id*'s whole log. Cancellation: safe."""
-        await trio.lowlevel.checkpoint()
-        return fold_all(self._logs.get(session_id, ()))
 
     async def read(self, session_id: str) -> list[Event]:
         """A copy of *session_id*'s events. Cancellation: safe."""

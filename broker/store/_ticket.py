@@ -1,0 +1,67 @@
+"""The :class:`~broker.store._protocol.Durability` tickets the stores hand out."""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+__all__ = ["DURABLE", "Ticket"]
+
+
+@attrs.define(eq=False, slots=True)
+class Ticket:
+    """Resolved exactly once (:meth:`succeed` or :meth:`fail`); its one waiter is rescheduled
+    directly (no :class:`trio.Event`, whose set of waiters one caller does not need)."""
+
+    _done: bool = False
+    _error: BaseException | None = None
+    _waiter: trio.lowlevel.Task | None = None
+
+    @property
+    def done(self) -> bool:
+        """Resolved: :meth:`wait` will not block."""
+        return self._done
+
+    @property
+    def error(self) -> BaseException | None:
+        """What it failed with, if it did."""
+        return self._error
+
+    def fail(self, error: BaseException) -> None:
+        """Resolve with *error* (no-op if already resolved)."""
+        if not self._done:
+            self._error = error
+            self._resolve()
+
+    def succeed(self) -> None:
+        """Resolve successfully (no-op if already resolved)."""
+        if not self._done:
+            self._resolve()
+
+    def _resolve(self) -> None:
+        self._done = True
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            trio.lowlevel.reschedule(waiter)
+
+    def _abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        self._waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    async def wait(self) -> None:
+        """Wait for the resolution (one waiter at a time); raise the error it carries.
+
+        Cancellation: just stops waiting; what was submitted may still be written.
+        """
+        if self._done:
+            await trio.lowlevel.checkpoint()
+        else:
+            self._waiter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort)
+        if self._error is not None:
+            raise self._error
+
+
+DURABLE = Ticket(done=True)
+"""The ticket of a store whose submissions are durable when handed over (in memory)."""
