@@ -25,6 +25,7 @@ from ._session import Session
 from ._texts import DELEGATION_STATEMENT, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .store._memory import MemoryStore
+from .store._protocol import SessionOwnedError, StoreError
 from .store._sqlite import open_sqlite_store
 
 if TYPE_CHECKING:
@@ -194,7 +195,13 @@ class Broker:
                 f"session {session_id!r} is not in {where}: pass the id of a session it holds "
                 "(broker log show STORE lists them)"
             )
-        state = await self.store.load_state(session_id)
+        try:
+            head = await self.store.claim(session_id)
+        except SessionOwnedError:
+            raise  # names the owner and when its lease expires
+        except StoreError as exc:
+            raise ResumeError(f"cannot resume session {session_id!r} from {where}: {exc}") from exc
+        state = head.state
         if state.turn_open or state.pending:
             raise ResumeError(
                 f"session {session_id!r} in {where} has an open turn or undecided questions: it "

@@ -11,7 +11,7 @@ __all__ = ["Answer", "Decision"]
 _MAX_BY = 200
 
 
-def _check_by(_instance: object, _attribute: object, value: object) -> None:
+def _check_by(value: object) -> None:
     if value is None:
         return
     if type(value) is not str or not value.strip() or len(value) > _MAX_BY:
@@ -31,7 +31,11 @@ class Answer:
     """
 
     outcome: Outcome
-    by: str | None = attrs.field(default=None, validator=_check_by)
+    by: str | None = attrs.field(default=None)
+
+    @by.validator
+    def _validate_by(self, _attribute: object, value: object) -> None:
+        _check_by(value)
 
 
 @attrs.frozen(kw_only=True)

@@ -1,4 +1,9 @@
-"""The session actor: one task per open session owning its log appends, projection and nursery.
+"""The session: one open conversation owning its log's order, its projection and its nursery.
+
+The one append path: a task that appends *sequences* its event itself — precondition, audit
+rules, projection fold, sequence number, with no await in between, so the order of the log is
+the order of these synchronous steps — hands it to the store (``store.submit``) and then awaits
+only durability. There is no inbox and no actor hop between the asker and the store's writer.
 
 Teardown order (tested in ``tests/test_session.py``; see ``design/architecture.md``):
 
@@ -7,10 +12,10 @@ Teardown order (tested in ``tests/test_session.py``; see ``design/architecture.m
    cancelled with reason ``session <id> closing``), settles ``cancelled``, and its
    ``approval/decided`` is appended; bounded by the broker's ``settle_grace``;
 3. **end an open turn** — ``turn/end`` with reason kind ``closed``;
-4. **close the inbox** — the actor commits what is queued and leaves its loop;
-5. **cancel the session nursery** — the answerer channels living there end, and their
-   registrations leave the chain;
-6. **unregister** — the broker forgets the session; :meth:`Session.aclose` returns.
+4. **cancel the session nursery** — the actor task and the answerer channels living there
+   end, and their registrations leave the chain;
+5. **unregister** — the broker forgets the session and the store releases it (a shared store
+   gives up its lease); :meth:`Session.aclose` returns.
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ from ._decision import Decision
 from ._errors import (
     AuditAppendError,
     AuditInvariantError,
-    BrokerError,
     SessionClosedError,
     SessionCrashedError,
     TurnError,
@@ -55,6 +59,7 @@ from ._projection import ApprovalState, fold
 from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
 from ._vocabulary import Delegation, Outcome, Policy
+from .store._protocol import SessionFencedError, StoreError
 
 if TYPE_CHECKING:
     from ._answerers import AnswerFn
@@ -64,11 +69,6 @@ if TYPE_CHECKING:
 __all__ = ["Session"]
 
 log = logging.getLogger("broker.session")
-
-# How many queued appends one store transaction may carry. Bounds the batch, not the inbox.
-_MAX_BATCH = 64
-# Capacity of each session's inbox: a burst beyond it waits (backpressure), never grows memory.
-_INBOX_SIZE = 64
 
 Builder = Callable[[ApprovalState], Event | None]
 
@@ -89,20 +89,6 @@ def _if_pending(decided: ApprovalDecided) -> Builder:
     return build
 
 
-@attrs.define(eq=False)
-class _Command:
-    """One conditional append: ``build`` sees the projection as of its turn in the log."""
-
-    build: Builder
-    done: trio.Event = attrs.field(factory=trio.Event)
-    event: Event | None = None
-    error: BaseException | None = None
-
-    def finish(self, event: Event | None = None, error: BaseException | None = None) -> None:
-        self.event, self.error = event, error
-        self.done.set()
-
-
 @attrs.define(eq=False, repr=False)
 class Session:
     """An open conversation with its own durable log, projection and agent.
@@ -110,12 +96,12 @@ class Session:
     Created by :meth:`Broker.start_session`, :meth:`Broker.open_session` or
     :meth:`Broker.delegate`; never construct it yourself. ``parent`` is the delegating session.
 
-    The session actor owns: its inbox (a bounded channel of conditional appends) and so the
-    order of its log; its projection; its questions in flight (:meth:`ask`, one flight cancel
-    scope each); its scoped answerers; and its nursery (answerer channels, session tasks),
-    shielded from cancellation around the broker. Teardown order: the module docstring
-    (stop intake → settle questions → end the turn → close the inbox → cancel the nursery →
-    unregister), run by :meth:`aclose`.
+    The session owns: the order of its log and its projection (sequenced synchronously by
+    each appending task, module docstring); its questions in flight (:meth:`ask`, one flight
+    cancel scope each); its scoped answerers; and its nursery (answerer channels, session
+    tasks), held open by its actor task and shielded from cancellation around the broker.
+    Teardown order: the module docstring (stop intake → settle questions → end the turn →
+    cancel the nursery → unregister), run by :meth:`aclose`.
     """
 
     id: str
@@ -128,10 +114,7 @@ class Session:
     # Given on resume (the stored projection); empty for a new session.
     _state: ApprovalState = attrs.field(factory=ApprovalState)
     _status: _Status = attrs.field(default=_Status.OPEN, init=False)
-    _send: trio.MemorySendChannel[_Command] = attrs.field(init=False)
-    _recv: trio.MemoryReceiveChannel[_Command] = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _batch: list[_Command] = attrs.field(factory=list, init=False)
     # Questions past admission and not yet settled, by request id.
     _flights: dict[str, Flight] = attrs.field(factory=dict, init=False)
     # Created when first needed: an idle session should cost as little memory as possible.
@@ -144,23 +127,17 @@ class Session:
     # Answerers scoped to this session's agent, sorted by registration order.
     _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     crash_cause: BaseException | None = attrs.field(default=None, init=False)
-    # Commands sent to the inbox and not yet taken by the actor (a memory channel hands an item
-    # straight to a waiting receiver, so the buffer alone cannot tell), and whether the actor is
-    # between taking a batch and finishing it. Both gate the inline path of _append.
-    _queued: int = attrs.field(default=0, init=False)
-    _committing: bool = attrs.field(default=False, init=False)
-    _append_nowait: Callable[[str, Sequence[Event]], None] | None = attrs.field(
-        default=None, init=False
-    )
+    # Bumped when a submitted event failed to become durable: the projection ran ahead of the
+    # log, so the next append first re-reads the head from the store (_resync). A failure
+    # reported for an older generation was already accounted for.
+    _generation: int = attrs.field(default=0, init=False)
+    _stale: bool = attrs.field(default=False, init=False)
+    _resynced: trio.Event | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         if self.parent is not None and self.parent_id is None:
             self.parent_id = self.parent.id
         self.agent = Agent(self)
-        # A store that acknowledges synchronously (in memory) is appended to without a
-        # scheduling pass; a durable store is awaited.
-        self._append_nowait = getattr(self._host.store, "append_nowait", None)
-        self._send, self._recv = trio.open_memory_channel[_Command](_INBOX_SIZE)
 
     def __repr__(self) -> str:
         return f"<Session {self.id} {self._status.value}>"
@@ -174,7 +151,8 @@ class Session:
 
     @property
     def state(self) -> ApprovalState:
-        """The projection folded from every event acknowledged so far."""
+        """The projection folded from every event sequenced so far (each append returns only
+        once its event is durable; a failed one is rolled back before the next append)."""
         return self._state
 
     @property
@@ -326,17 +304,19 @@ class Session:
 
     # -- the actor ------------------------------------------------------------------------
 
-    async def run_actor(  # noqa: ASYNC910 (the actor task; its loop checkpoints)
+    async def run_actor(  # noqa: ASYNC910 (the actor task; sleep_forever checkpoints)
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """The actor task: ``await host_nursery.start(session.run_actor)``, once, by the host.
 
-        Owns the session nursery (answerer channels and session tasks) and the log loop. Ends
-        when the session closes (teardown order: module docstring) or crashes. Never raises an
-        :class:`Exception`: a crash is contained to this session (``crash_cause``).
+        Owns the session nursery (answerer channels and session tasks) and holds it open until
+        the session closes (teardown step 4, module docstring), a task of it crashes, or its
+        owner halts it. It is not on the append path: appends go from the asking task straight
+        to the store. Never raises an :class:`Exception`: a crash is contained to this session
+        (``crash_cause``).
         """
         if self._done:
-            # Closed before its actor could start (see aclose): nothing to serve.
+            # Closed before its actor could start (see aclose): nothing to hold.
             task_status.started()
             await trio.lowlevel.checkpoint()
             return
@@ -344,133 +324,36 @@ class Session:
         try:
             with collapse_single():
                 async with trio.open_nursery() as nursery:
-                    # Invariant: the session's tasks — its log loop above all — end when the
-                    # session closes (teardown steps 4–5), when a task of it fails (a crash),
-                    # or when its owner halts it; never because a scope around the broker was
-                    # cancelled, since the teardown that follows still appends through the
-                    # loop (pending decisions, the turn's end).
+                    # Invariant: the session's tasks end when the session closes (teardown step
+                    # 4), when a task of it fails (a crash), or when its owner halts it; never
+                    # because a scope around the broker was cancelled, since the teardown that
+                    # follows still appends (pending decisions, the turn's end) and answerers
+                    # still answer.
                     nursery.cancel_scope.shield = True
                     self._nursery = nursery
                     task_status.started()
-                    await self._serve_log()
-                    nursery.cancel_scope.cancel(reason=f"session {self.id} closed")
+                    await trio.sleep_forever()
         except Exception as exc:
-            # Containment: a crash of this session's loop or of a task in its nursery ends this
-            # session only; the broker's root nursery never sees it.
-            self.crash_cause = exc
-            self._status = _Status.CRASHED
-            log.error(
-                "session %s crashed; its pending questions are left for recovery",
-                self.id,
-                exc_info=exc,
-            )
+            # Containment: a crash of a task in this session's nursery ends this session only;
+            # the broker's root nursery never sees it.
+            self._crash(exc)
         finally:
             self._finalise()
 
-    async def _serve_log(self) -> None:  # noqa: ASYNC910 (returns only at end of channel)
-        while True:
-            try:
-                first = await self._recv.receive()
-            except trio.EndOfChannel:
-                return  # noqa: ASYNC910 (receive() checkpointed before raising)
-            batch = self._batch = [first]
-            while len(batch) < _MAX_BATCH:
-                try:
-                    batch.append(self._recv.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            self._queued -= len(batch)
-            self._committing = True
-            try:
-                await self._commit(batch)
-            finally:
-                self._committing = False
-                self._batch = []
-
-    # No checkpoint of its own: with a synchronous store the actor's receive is its checkpoint.
-    async def _commit(self, batch: list[_Command]) -> None:  # noqa: ASYNC910
-        state, accepted = self._sequence(batch)
-        if not accepted:
-            return  # noqa: ASYNC910 (see above)
-        try:
-            if self._append_nowait is not None:
-                self._append_nowait(self.id, [event for _, event in accepted])
-            else:
-                await self._host.store.append(self.id, [event for _, event in accepted])
-        except Exception as exc:
-            self._fail(accepted, exc)
-            return  # noqa: ASYNC910 (see above)
-        self._apply(state, accepted)
-
-    def _commit_now(self, command: _Command) -> None:
-        """The actor's commit, run synchronously by the appending task (see :meth:`_append`)."""
-        assert self._append_nowait is not None
-        state, accepted = self._sequence([command])
-        if not accepted:
+    def _crash(self, exc: BaseException) -> None:
+        if self._status is _Status.CRASHED:
             return
-        try:
-            self._append_nowait(self.id, [event for _, event in accepted])
-        except Exception as exc:
-            self._fail(accepted, exc)
-            return
-        self._apply(state, accepted)
-
-    def _sequence(
-        self, batch: list[_Command]
-    ) -> tuple[ApprovalState, list[tuple[_Command, Event]]]:
-        """Give each command its place in the log: its event, a no-op, or its refusal."""
-        state = self._state
-        accepted: list[tuple[_Command, Event]] = []
-        for command in batch:
-            try:
-                event = command.build(state)
-            except BrokerError as exc:  # a precondition (turn, policy) refused this one append
-                command.finish(error=exc)
-                continue
-            if event is None:
-                command.finish()
-                continue
-            broken = check(state, event)
-            if broken is not None:
-                # Invariant: nothing that breaks an audit rule is ever committed.
-                rule, detail = broken
-                command.finish(
-                    error=AuditInvariantError(
-                        f"session {self.id} refused {event.TYPE}: rule {rule}: {detail}"
-                    )
-                )
-                continue
-            state = fold(state, event)
-            accepted.append((command, event))
-        return state, accepted
-
-    def _fail(self, accepted: list[tuple[_Command, Event]], exc: Exception) -> None:
-        # Containment: a failed append fails exactly the commands of this transaction; the
-        # projection is unchanged and the actor stays usable for later appends.
-        for command, event in accepted:
-            error = AuditAppendError(f"could not append {event.TYPE} to session {self.id}: {exc}")
-            error.__cause__ = exc
-            command.finish(error=error)
-
-    def _apply(self, state: ApprovalState, accepted: list[tuple[_Command, Event]]) -> None:
-        self._state = state
-        for command, event in accepted:
-            command.finish(event)
+        self.crash_cause = exc
+        self._status = _Status.CRASHED
+        log.error(
+            "session %s crashed; its pending questions are left for recovery",
+            self.id,
+            exc_info=exc,
+        )
 
     def _finalise(self) -> None:
         if self._status is not _Status.CRASHED:
             self._status = _Status.CLOSED
-        self._send.close()
-        leftovers = list(self._batch)
-        while True:
-            try:
-                leftovers.append(self._recv.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-        self._recv.close()
-        for command in leftovers:
-            if not command.done.is_set():
-                command.finish(error=self._closed_error("append to"))
         for flight in list(self._flights.values()):
             flight.withdraw(Withdrawal.SESSION_CLOSING, f"session {self.id} {self._status.value}")
         for handle in list(self._answerers):
@@ -480,7 +363,7 @@ class Session:
         if self._finished is not None:
             self._finished.set()
 
-    # -- appends --------------------------------------------------------------------------
+    # -- appends: the one append path -----------------------------------------------------
 
     async def _append(
         self,
@@ -490,61 +373,129 @@ class Session:
         schedule: bool = True,
         shielded: bool = False,
     ) -> Event | None:
-        """Queue one conditional append and wait until it is durable (or refused).
+        """Sequence one conditional append, hand it to the store, wait until it is durable.
 
-        ``internal`` appends (a pending question's decision, a turn end) are still taken while
-        the session is closing. ``schedule=False`` lets a caller that yields later anyway skip
-        the scheduling pass of the inline path. Cancellation: the append may still land; with
-        ``shielded`` the caller's cancellation cannot stop it (nor the wait for it, bounded by
-        the broker's ``settle_grace``: past it :class:`AuditAppendError` is raised).
+        *build* sees the projection as of its place in the log and returns the event, None
+        (nothing to append), or raises a :class:`BrokerError` precondition. ``internal`` appends
+        (a pending question's decision, a turn end) are still taken while the session is
+        closing. ``schedule=False`` lets a caller that yields later anyway skip the scheduling
+        pass when the store acknowledged at once. Cancellation: checked before sequencing (then
+        nothing is appended); once sequenced the event may still land. With ``shielded`` the
+        caller's cancellation cannot stop it, and every wait is bounded by the host's
+        ``settle_grace``: past it :class:`AuditAppendError` is raised.
         """
-        admitted = self._status is _Status.OPEN or (internal and self._status is _Status.CLOSING)
-        if not admitted:
-            raise self._closed_error("append to")
-        command = _Command(build)
-        if self._append_nowait is not None and self._queued == 0 and not self._committing:
-            # Inline path (decision 0005): the store acknowledges synchronously, nothing is
-            # queued before us and the actor is not mid-commit, so running the actor's commit
-            # here, with no await in between, gives exactly the order and preconditions the
-            # actor would — without two scheduling passes.
-            if not shielded:
-                await trio.lowlevel.checkpoint_if_cancelled()
-            self._commit_now(command)
-            if schedule or shielded:
-                # A schedule point that cannot lose the acknowledged result.
-                await trio.lowlevel.cancel_shielded_checkpoint()
-        else:
-            self._queued += 1
-            sent = False
-            try:
-                try:
-                    # Room in the inbox: no extra scheduling pass; the wait below checkpoints.
-                    self._send.send_nowait(command)
-                except trio.WouldBlock:
-                    await self._send.send(command)  # backpressure: the inbox is bounded
-                sent = True
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                raise self._closed_error("append to") from None
-            finally:
-                if not sent:
-                    self._queued -= 1
+        self._check_admitted(internal)
+        store = self._host.store
+        if not shielded:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        if self._stale or store.congested:
+            await self._make_ready(shielded)
+            self._check_admitted(internal)
+        # From here to submit: no await, so the log's order is the order of these steps.
+        state = self._state
+        event = build(state)
+        if event is None:
             if shielded:
-                # Only this branch awaits anything, so only it pays for the scopes.
-                with (
-                    trio.CancelScope(shield=True),
-                    trio.move_on_after(self._host.settle_grace) as bound,
-                ):
-                    await command.done.wait()
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            else:
+                await trio.lowlevel.checkpoint()
+            return None
+        broken = check(state, event)
+        if broken is not None:
+            # Invariant: nothing that breaks an audit rule is ever handed to the store.
+            rule, detail = broken
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise AuditInvariantError(
+                f"session {self.id} refused {event.TYPE}: rule {rule}: {detail}"
+            )
+        after = fold(state, event)
+        generation = self._generation
+        try:
+            ticket = store.submit(self.id, state.events, (event,), after)
+        except Exception as exc:
+            self._failed(generation, exc)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise self._append_error(event, exc) from exc
+        self._state = after
+        if ticket.done:
+            error = getattr(ticket, "error", None)
+            if error is None:
+                if schedule or shielded:
+                    # A schedule point that cannot lose the acknowledged result.
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                return event  # noqa: ASYNC910 (schedule=False: the caller yields later)
+        try:
+            if shielded:
+                # One scope, shielded and bounded (two nested scopes cost twice as much).
+                deadline = trio.current_time() + self._host.settle_grace
+                with trio.CancelScope(shield=True, deadline=deadline) as bound:
+                    await ticket.wait()
                 if bound.cancelled_caught:
                     raise AuditAppendError(
                         f"could not append to session {self.id} within settle_grace "
                         f"({self._host.settle_grace:g}s); the question is left for recovery"
                     )
             else:
-                await command.done.wait()
-        if command.error is not None:
-            raise command.error
-        return command.event  # noqa: ASYNC910 (schedule=False: the caller yields later)
+                await ticket.wait()
+        except StoreError as exc:
+            self._failed(generation, exc)
+            raise self._append_error(event, exc) from exc
+        return event
+
+    def _check_admitted(self, internal: bool) -> None:
+        admitted = self._status is _Status.OPEN or (internal and self._status is _Status.CLOSING)
+        if not admitted:
+            raise self._closed_error("append to")
+
+    def _append_error(self, event: Event, exc: Exception) -> AuditAppendError:
+        return AuditAppendError(f"could not append {event.TYPE} to session {self.id}: {exc}")
+
+    def _failed(self, generation: int, exc: Exception) -> None:
+        """A submitted event did not become durable: the projection is ahead of the log."""
+        if isinstance(exc, SessionFencedError):
+            # Another process owns the session now: fail closed and end, never write again.
+            self._crash(exc)
+            self.halt(f"session {self.id} fenced: {exc}")
+            return
+        if generation == self._generation:
+            self._generation += 1
+            self._stale = True
+
+    # Called only when the store is congested or the session stale: it then awaits one of them.
+    async def _make_ready(self, shielded: bool) -> None:  # noqa: ASYNC910
+        """Wait for room in the store and, after a failed write, re-read the head."""
+        with trio.CancelScope(shield=shielded) as scope:  # noqa: ASYNC912 (see above)
+            if shielded:
+                scope.deadline = trio.current_time() + self._host.settle_grace
+            store = self._host.store
+            while store.congested:
+                await store.wait_for_room()
+            if self._stale:
+                await self._resync()
+        if scope.cancelled_caught:
+            raise AuditAppendError(
+                f"could not append to session {self.id} within settle_grace "
+                f"({self._host.settle_grace:g}s): its store stayed congested or unreadable"
+            )
+
+    async def _resync(self) -> None:
+        """Roll the projection back to the store's acknowledged head (one task does it)."""
+        if self._resynced is not None:
+            await self._resynced.wait()
+            return
+        done = self._resynced = trio.Event()
+        try:
+            head = await self._host.store.head(self.id)
+        except StoreError as exc:
+            raise AuditAppendError(
+                f"could not re-read session {self.id} after a failed append: {exc}"
+            ) from exc
+        else:
+            self._state = head.state
+            self._stale = False
+        finally:
+            self._resynced = None
+            done.set()
 
     # -- the question (spec section 3): the session owns it --------------------------------
 
@@ -615,7 +566,12 @@ class Session:
             try:
                 # The decided append below is this request's schedule point.
                 await self._append(put, schedule=False)
-                outcome, remembered, by_policy = await self._decide(req, flight)
+                # Steps 3.1-3.3 need no await: the decided append below is the schedule point.
+                decided_now = self._decide_now(req, flight)
+                if decided_now is None:
+                    outcome, remembered, by_policy = await self._decide(req, flight)
+                else:
+                    outcome, remembered, by_policy = decided_now
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
                     await self._record_cancelled(request_id)
@@ -646,21 +602,26 @@ class Session:
         finally:
             self._settle(request_id)
 
-    async def _decide(self, req: ApprovalRequest, flight: Flight) -> tuple[Outcome, bool, bool]:
-        """Steps 3.1–3.5: (outcome, remembered, decided by the never policy). Never raises
-        anything but the caller's own :class:`trio.Cancelled`."""
-        signal = req.signal
-        if flight.cause is None and is_aborted(signal):
+    def _decide_now(
+        self, req: ApprovalRequest, flight: Flight
+    ) -> tuple[Outcome, bool, bool] | None:
+        """Steps 3.1–3.3, which consult no answerer: (outcome, remembered, decided by the
+        never policy), or None when the waterfall must decide (:meth:`_decide`)."""
+        if flight.cause is None and is_aborted(req.signal):
             flight.withdraw(Withdrawal.ABORTED, "before the question was put")
         if flight.cause is not None:
-            await trio.lowlevel.checkpoint()
             return _settled_by(flight.cause), False, False
         if self.effective_policy is Policy.NEVER:
-            await trio.lowlevel.checkpoint()
             return Outcome.REJECTED, False, True
         if self.is_granted(req.tool_name):
-            await trio.lowlevel.checkpoint()
             return Outcome.ALLOWED_ONCE, True, False
+        return None
+
+    async def _decide(self, req: ApprovalRequest, flight: Flight) -> tuple[Outcome, bool, bool]:
+        """Steps 3.4–3.5, after :meth:`_decide_now` found no answer: (outcome, remembered,
+        decided by the never policy). Never raises anything but the caller's own
+        :class:`trio.Cancelled`."""
+        signal = req.signal
         chain = self._chain()
         outcome = Outcome.UNAVAILABLE
         if isinstance(signal, trio.Event):
@@ -799,29 +760,28 @@ class Session:
                         await self._leave_turn(
                             self._state.turn, "closed", Withdrawal.SESSION_CLOSING
                         )
-                self._send.close()
+                self.halt(f"session {self.id} closed")
             with trio.move_on_after(self._host.settle_grace):
                 await self._wait_done()
             if not self._done:
-                # The store did not finish in time: halt the loop; what it had not committed
-                # fails closed and stays for recovery.
-                self.halt(f"session {self.id} did not close within settle_grace")
-                with trio.move_on_after(self._host.settle_grace):
-                    await self._wait_done()
-                if not self._done:
-                    log.error(
-                        "session %s: its log loop did not stop within settle_grace after "
-                        "being halted (a store append that ignores cancellation?)",
-                        self.id,
-                    )
+                log.error(
+                    "session %s: its nursery did not stop within settle_grace (a session task "
+                    "that ignores cancellation?)",
+                    self.id,
+                )
+            with trio.move_on_after(self._host.settle_grace):
+                await self._host.store.release(self.id)
         # A schedule point that never raises Cancelled: this runs in ``finally`` blocks while
         # the body's own exception propagates, and a Cancelled here would replace it.
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def halt(self, reason: str) -> None:
-        """Stop the session's actor now (sync). Used by teardown when waiting ran out."""
+        """Stop the session's actor now (sync): its nursery is cancelled and the session ends.
+        Used by teardown (step 4), by the broker's shutdown, and when the store fences it."""
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel(reason=reason)
+        elif not self._actor_started and not self._done:
+            self._finalise()
 
     async def wait_closed(self) -> None:
         """Wait until the session's actor has finished. Cancellation: just stops waiting."""

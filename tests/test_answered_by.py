@@ -56,5 +56,5 @@ async def test_an_override_of_a_named_answer_drops_the_name(
 
 @pytest.mark.parametrize("by", ["", "   ", "x" * 201, 7])
 def test_a_bad_name_is_refused(by: object) -> None:
-    with pytest.raises(ValueError, match="^by must be a non-empty name"):
+    with pytest.raises(ValueError, match=r"^by must be a non-empty name"):
         Answer(outcome=Outcome.REJECTED, by=by)  # type: ignore[arg-type]

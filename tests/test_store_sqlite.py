@@ -33,12 +33,12 @@ from broker._events import (
     TurnEndReason,
     TurnStart,
 )
-from broker._projection import ApprovalState, fold_all
+from broker._projection import fold_all
 from broker._vocabulary import Outcome, Policy
 from broker.store import _sqlite_writer
 from broker.store._checkpoint import PROJECTION_FINGERPRINT, decode_state, encode_state
 from broker.store._logtools import verify_store
-from broker.store._protocol import StoreError
+from broker.store._protocol import StoreError, StoreHead
 from broker.store._sqlite import open_sqlite_store
 from broker.store._sqlite_reader import open_sqlite_reader
 from broker.store._sqlite_schema import StoreLockedError, StoreOpenError
@@ -88,8 +88,12 @@ async def test_implements_the_event_store_protocol(db: Path) -> None:
             assert await contract.read("child") == events
             assert await contract.read("root") == []
             assert await contract.read("nobody") == []
-            assert await contract.load_state("child") == fold_all(events)
-            assert await contract.load_state("nobody") == ApprovalState()
+            head = await contract.head("child")
+            assert (head.seq, head.state) == (len(events), fold_all(events))
+            assert await contract.head("nobody") == StoreHead()
+            assert await contract.claim("child") == head
+            with pytest.raises(StoreError, match="holds no session 'nobody'"):
+                await contract.claim("nobody")
             assert store.session_ids() == ["root", "child"]
             await contract.aclose()
     with open_sqlite_reader(db) as reader:

@@ -9,19 +9,21 @@ import attrs
 
 from .._events import ApprovalAsked, ApprovalDecided
 from ..store._protocol import StoreError
+from ..store._ticket import Ticket
 
 if TYPE_CHECKING:
     from .._events import Event
     from .._projection import ApprovalState
-    from ..store._protocol import EventStore, SessionRecord
+    from ..store._protocol import Durability, EventStore, SessionRecord, StoreHead
 
-__all__ = ["FaultyStore", "SyncFaultyStore"]
+__all__ = ["FaultyStore"]
 
 
 @attrs.define(eq=False)
 class FaultyStore:
     """Wraps *inner*; an append carrying the ``asked`` of a call in ``fail_asked`` (or the
-    ``decided`` of a call in ``fail_decided``) fails whole, once, like a full disk would.
+    ``decided`` of a call in ``fail_decided``) fails whole, once, like a full disk would: its
+    ticket fails and nothing of it reaches the inner store.
 
     Every event id of a failed batch is remembered (``failed_ids``): a batch may carry other
     questions' events too, and those are failed with it. ``on_decided`` sees each decision
@@ -66,6 +68,43 @@ class FaultyStore:
         """As the inner store. Cancellation: as the inner store."""
         await self.inner.create_session(session_id, parent_id)
 
+    async def claim(self, session_id: str) -> StoreHead:
+        """As the inner store. Cancellation: as the inner store."""
+        return await self.inner.claim(session_id)
+
+    def submit(
+        self, session_id: str, seq: int, events: Sequence[Event], state: ApprovalState
+    ) -> Durability:
+        """Fail the ticket if planned (nothing reaches the inner store), else submit."""
+        try:
+            self._check(events)
+        except StoreError as exc:
+            failed = Ticket()
+            failed.fail(exc)
+            return failed
+        ticket = self.inner.submit(session_id, seq, events, state)
+        if ticket.done:
+            self._landed(events)
+            return ticket
+        return _Watched(ticket, lambda: self._landed(events))
+
+    @property
+    def congested(self) -> bool:
+        """As the inner store."""
+        return self.inner.congested
+
+    async def wait_for_room(self) -> None:
+        """As the inner store. Cancellation: just stops waiting."""
+        await self.inner.wait_for_room()
+
+    async def head(self, session_id: str) -> StoreHead:
+        """As the inner store. Cancellation: safe."""
+        return await self.inner.head(session_id)
+
+    async def release(self, session_id: str) -> None:
+        """As the inner store. Cancellation: safe."""
+        await self.inner.release(session_id)
+
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
         """Fail if planned, else append to the inner store. Cancellation: as the inner store."""
         self._check(events)
@@ -75,10 +114,6 @@ class FaultyStore:
     async def lookup(self, session_id: str) -> SessionRecord | None:
         """As the inner store. Cancellation: safe."""
         return await self.inner.lookup(session_id)
-
-    async def load_state(self, session_id: str) -> ApprovalState:
-        """As the inner store. Cancellation: safe."""
-        return await self.inner.load_state(session_id)
 
     async def read(self, session_id: str) -> list[Event]:
         """As the inner store. Cancellation: safe."""
@@ -90,11 +125,22 @@ class FaultyStore:
 
 
 @attrs.define(eq=False)
-class SyncFaultyStore(FaultyStore):
-    """The same, for an inner store that acknowledges synchronously (keeps the inline path)."""
+class _Watched:
+    """The inner store's ticket, reporting its events once they are durable."""
 
-    def append_nowait(self, session_id: str, events: Sequence[Event]) -> None:
-        """Fail if planned, else append synchronously to the inner store."""
-        self._check(events)
-        self.inner.append_nowait(session_id, events)  # type: ignore[attr-defined]
-        self._landed(events)
+    inner: Durability
+    landed: Callable[[], None]
+
+    @property
+    def done(self) -> bool:
+        return self.inner.done
+
+    async def wait(self) -> None:
+        """As the inner ticket. Cancellation: just stops waiting (then nothing is reported)."""
+        await self.inner.wait()
+        landed, self.landed = self.landed, _nothing
+        landed()
+
+
+def _nothing() -> None:
+    pass

@@ -31,7 +31,7 @@ from .._signal import AbortSignal
 from .._vocabulary import Outcome
 from ..store._memory import MemoryStore
 from ._checks import check_logs, never_reached
-from ._faults import SyncFaultyStore
+from ._faults import FaultyStore
 from ._instrument import Watch
 from ._plan import TOOLS, AskPlan, Behaviour, ChaosConfig, StoreFault, make_plans
 
@@ -104,7 +104,7 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
 class _Run:
     config: ChaosConfig
     plans: list[AskPlan]
-    store: SyncFaultyStore
+    store: FaultyStore
     watch: Watch
     by_call: dict[str, AskPlan] = attrs.field(init=False)
     answered_allow: set[str] = attrs.field(factory=set)
@@ -245,7 +245,7 @@ async def _run(config: ChaosConfig) -> ChaosReport:
     plans = make_plans(config)
     inner = MemoryStore()
     watch = Watch()
-    store = SyncFaultyStore(
+    store = FaultyStore(
         inner,
         fail_asked={p.call_id for p in plans if p.store_fault is StoreFault.ASKED},
         fail_decided={p.call_id for p in plans if p.store_fault is StoreFault.DECIDED},

@@ -26,11 +26,12 @@ import trio
 from .._codec import EventDecodeError, decode_event, encode_event
 from .._collapse import collapse_single
 from .._events import Event
-from ._protocol import SessionRecord
+from ._protocol import Durability, SessionRecord, StoreError, StoreHead
 from ._sqlite_reader import open_sqlite_reader
 from ._sqlite_requests import (
     AppendRequest,
     CreateRequest,
+    HeadRequest,
     ImportRequest,
     ReadRequest,
     wall_clock_ms,
@@ -140,6 +141,55 @@ class SqliteStore:
             return
         frozen, lines = _encode_all(events)
         await self._writer.call(AppendRequest(session_id=session_id, events=frozen, lines=lines))
+
+    def submit(
+        self, session_id: str, seq: int, events: Sequence[Event], state: ApprovalState
+    ) -> Durability:
+        """The session's append (the one append path): *events* follow its event *seq* and
+        *state* is the projection after them. Queued at once, without a scheduling pass; the
+        ticket resolves once their group's transaction is committed (fsync'ed with
+        ``synchronous="FULL"``). A *seq* that does not follow the session's last event fails
+        the ticket; a closed or congested store raises :class:`StoreError` at once.
+        """
+        self._check_open()
+        frozen, lines = _encode_all(events)
+        request = AppendRequest(
+            session_id=session_id, events=frozen, lines=lines, seq=seq, state=state
+        )
+        self._writer.submit_nowait(request)
+        return request
+
+    @property
+    def congested(self) -> bool:
+        """The writer's inbox is full (``inbox_size``): :meth:`wait_for_room` first."""
+        return self._writer.congested
+
+    async def wait_for_room(self) -> None:
+        """Wait until the writer's inbox has room. Cancellation: just stops waiting."""
+        await self._writer.wait_for_room()
+
+    async def head(self, session_id: str) -> StoreHead:
+        """The committed head of *session_id*, after every write queued before this call
+        (and the re-read that follows a failed one). Cancellation: safe; nothing is changed."""
+        self._check_open()
+        request = HeadRequest(session_id=session_id)
+        await self._writer.call(request)
+        return request.head
+
+    async def claim(self, session_id: str) -> StoreHead:
+        """The head of *session_id* to resume it: one process writes a file (its lock), and
+        recovery ran at open, so there is nothing to take over. Raises :class:`StoreError` for
+        a session the file does not hold. Cancellation: safe; nothing is changed."""
+        self._check_open()
+        if not self._writer.has_session(session_id):
+            await trio.lowlevel.checkpoint()
+            raise StoreError(f"store file '{self.path}' holds no session {session_id!r}")
+        return await self.head(session_id)
+
+    async def release(self, session_id: str) -> None:
+        """Nothing to release: the file's lock is the store's, not the session's.
+        Cancellation: safe."""
+        await trio.lowlevel.checkpoint()
 
     async def import_session(
         self, session_id: str, parent_id: str | None, events: Sequence[Event]

@@ -12,12 +12,16 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ._protocol import StoreHead
+
 if TYPE_CHECKING:
     from .._events import Event
+    from .._projection import ApprovalState
 
 __all__ = [
     "AppendRequest",
     "CreateRequest",
+    "HeadRequest",
     "ImportRequest",
     "ReadRequest",
     "Request",
@@ -42,6 +46,11 @@ class Request:
     _done: bool = attrs.field(default=False, init=False)
     _error: BaseException | None = attrs.field(default=None, init=False)
     _waiter: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
+
+    @property
+    def done(self) -> bool:
+        """Resolved: :meth:`wait` will not block."""
+        return self._done
 
     def fail(self, error: BaseException) -> None:
         """Resolve with *error* (no-op if already resolved)."""
@@ -88,10 +97,18 @@ class CreateRequest(Request):
 
 @attrs.define(eq=False, kw_only=True)
 class AppendRequest(Request):
-    """Append *events* (already encoded to *lines* by the caller) atomically."""
+    """Append *events* (already encoded to *lines* by the caller) atomically.
+
+    A session's submission (the one append path) carries ``seq`` — the seq its events follow —
+    and ``state``, the projection after them, which the writer checkpoints without folding
+    again. A convenience append (tools, recovery) leaves both None: the writer places it after
+    the session's last event and folds it.
+    """
 
     events: tuple[Event, ...]
     lines: tuple[str, ...]
+    seq: int | None = None
+    state: ApprovalState | None = None
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -99,6 +116,13 @@ class ImportRequest(AppendRequest):
     """Create a session that must not exist yet and append *events*, in one transaction."""
 
     parent_id: str | None
+
+
+@attrs.define(eq=False, kw_only=True)
+class HeadRequest(Request):
+    """Read a session's acknowledged head once every write queued before it is settled."""
+
+    head: StoreHead = attrs.field(factory=StoreHead, init=False)
 
 
 @attrs.define(eq=False, kw_only=True)

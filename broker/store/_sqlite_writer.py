@@ -50,7 +50,7 @@ from .._codec import EventDecodeError, decode_event, encode_event
 from .._projection import ApprovalState, fold
 from ._chain import GENESIS, chain_hash
 from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
-from ._protocol import StoreError
+from ._protocol import StoreError, StoreHead
 from ._recovery import RecoveredSession, RecoveryReport, recovery_events
 from ._sqlite_group import (
     AUTO_CREATE_SQL,
@@ -69,6 +69,7 @@ from ._sqlite_load import SessionHead, load_heads, load_session, pending_in_log_
 from ._sqlite_requests import (
     AppendRequest,
     CreateRequest,
+    HeadRequest,
     ImportRequest,
     ReadRequest,
     Request,
@@ -147,6 +148,10 @@ class SqliteWriter:
     _one_statement: bool = attrs.field(default=False, init=False)
     _broken: str | None = attrs.field(default=None, init=False)
     _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    # Submitters waiting for room in the inbox (see congested); woken as the actor takes work.
+    _room: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
+    # Requests sent to the inbox and not yet taken by the actor (cheaper than statistics()).
+    _backlog: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[Request](self.inbox_size)
@@ -172,7 +177,33 @@ class SqliteWriter:
                 raise self.closed_error() from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self.closed_error() from None
+        self._backlog += 1
         await request.wait()
+
+    def submit_nowait(self, request: Request) -> None:
+        """Queue *request* without waiting (the session's submit). Raises :class:`StoreError`
+        when the writer is closed or its inbox is full (check :attr:`congested` first)."""
+        try:
+            self._send.send_nowait(request)
+            self._backlog += 1
+        except trio.WouldBlock:
+            raise StoreError(
+                f"sqlite store '{self.path}' is congested ({self.inbox_size} queued writes): "
+                "await store.wait_for_room() before submitting"
+            ) from None
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise self.closed_error() from None
+
+    @property
+    def congested(self) -> bool:
+        """The inbox is full: a submission now would be refused."""
+        return self._backlog >= self.inbox_size
+
+    async def wait_for_room(self) -> None:
+        """Wait until the inbox has room. Cancellation: just stops waiting."""
+        while self.congested:
+            await self._room.park()
+        await trio.lowlevel.checkpoint()
 
     def closed_error(self) -> StoreError:
         """The error for a call on a closed writer."""
@@ -242,6 +273,7 @@ class SqliteWriter:
         """Fail what is still queued, close the connection, stop the thread, drop the lock."""
         self._receive.close()
         self._fail_queued()
+        self._room.unpark_all()
         if self._in_flight is not None:
             await self._in_flight.done.wait()
         await self._thread.run(self._close_job)
@@ -255,6 +287,7 @@ class SqliteWriter:
                 request = self._receive.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return
+            self._backlog -= 1
             request.fail(self.closed_error())
 
     async def _serve(self) -> None:
@@ -271,6 +304,9 @@ class SqliteWriter:
                     group.append(self._receive.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
+            self._backlog -= len(group)
+            if self._room:
+                self._room.unpark_all()
             try:
                 await self._process(group)
             except BaseException as exc:
@@ -280,16 +316,23 @@ class SqliteWriter:
         await self._settle()
 
     async def _process(self, group: Sequence[Request]) -> None:
-        writes = [request for request in group if not isinstance(request, ReadRequest)]
-        reads = [request for request in group if isinstance(request, ReadRequest)]
-        # Writes first, so a read sees every write queued before it.
-        if not reads:
+        writes = [r for r in group if not isinstance(r, ReadRequest | HeadRequest)]
+        if len(writes) == len(group):
             await self._write(writes)
             return
+        # Writes first, so a read sees every write queued before it.
         if writes:
             await self._write(writes)
         await self._settle()
-        await self._read(reads)
+        for request in group:
+            if isinstance(request, HeadRequest):
+                head = self._heads.get(request.session_id)
+                if head is not None:
+                    request.head = StoreHead(seq=head.seq, state=head.state)
+                request.succeed()
+        reads = [request for request in group if isinstance(request, ReadRequest)]
+        if reads:
+            await self._read(reads)
 
     def _broken_error(self) -> StoreError:
         return StoreError(
@@ -344,15 +387,24 @@ class SqliteWriter:
                 auto_creates.append((session_id, None, now, GENESIS))
                 head = _EMPTY_HEAD
             if isinstance(request, AppendRequest):
-                seq, prev, state = head.seq, head.hash, head.state
-                for event, line in zip(request.events, request.lines, strict=True):
+                seq, prev = head.seq, head.hash
+                given = request.state
+                if given is not None and request.seq != seq:
+                    # Sequenced on top of events that did not land (an earlier group failed):
+                    # refused, so the session re-reads its head before sequencing again.
+                    rejected.append((request, self._out_of_sequence(session_id, request, seq)))
+                    continue
+                for line in request.lines:
                     seq += 1
                     digest = chain_hash(session_id, seq, now, line, prev)
                     add_row((session_id, seq, now, line, prev, digest))
                     prev = digest
-                    state = fold(state, event)
+                if given is None:  # a convenience append: the one place the writer folds
+                    given = head.state
+                    for event in request.events:
+                        given = fold(given, event)
                 head = SessionHead(
-                    seq=seq, hash=prev, state=state, checkpoint_seq=head.checkpoint_seq
+                    seq=seq, hash=prev, state=given, checkpoint_seq=head.checkpoint_seq
                 )
             staged[session_id] = head
             accepted.append(request)
@@ -378,6 +430,13 @@ class SqliteWriter:
             ts_ms=now,
         )
         return _Job(plan=plan, accepted=accepted, rejected=rejected, staged=staged)
+
+    def _out_of_sequence(self, session_id: str, request: AppendRequest, seq: int) -> StoreError:
+        return StoreError(
+            f"session {session_id!r} submitted events after seq {request.seq}, but its log in "
+            f"'{self.path}' ends at seq {seq} (an earlier write failed): re-read the head "
+            "(store.head) before sequencing again"
+        )
 
     async def _write(self, writes: Sequence[Request]) -> None:
         """Stage *writes* (on top of the group in flight, if any), wait until the thread is

@@ -1,0 +1,212 @@
+"""The one append path: the session sequences (precondition, audit rules, fold, seq) and hands
+the event to the store, then awaits only durability. These tests pin what happens when that
+durability fails: later events sequenced on top fail too, the session re-reads its head before
+sequencing again, and a fenced session ends without writing again."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from broker import (
+    ApprovalRequest,
+    AuditAppendError,
+    Event,
+    Outcome,
+    SessionClosedError,
+    UserMessage,
+    open_broker,
+)
+from broker._projection import ApprovalState, fold_all
+from broker.store import open_sqlite_store
+from broker.store._memory import MemoryStore
+from broker.store._protocol import (
+    Durability,
+    SessionFencedError,
+    SessionRecord,
+    StoreError,
+    StoreHead,
+)
+from broker.store._ticket import Ticket
+
+
+@attrs.define(eq=False)
+class HeldStore:
+    """A store whose tickets resolve when the test says so (a slow disk it controls).
+
+    It keeps what a real store keeps: the acknowledged log, and the seq the next submission of a
+    session must follow; a failure resets that seq to the acknowledged head and fails every
+    later submission of the session, as a group commit does.
+    """
+
+    inner: MemoryStore = attrs.field(factory=MemoryStore)
+    held: list[tuple[str, int, tuple[Event, ...], ApprovalState, Ticket]] = attrs.field(
+        factory=list
+    )
+    next_seq: dict[str, int] = attrs.field(factory=dict)
+    submissions: int = 0
+
+    async def create_session(self, session_id: str, parent_id: str | None) -> None:
+        await self.inner.create_session(session_id, parent_id)
+        self.next_seq[session_id] = 0
+
+    async def claim(self, session_id: str) -> StoreHead:
+        return await self.inner.claim(session_id)
+
+    def submit(
+        self, session_id: str, seq: int, events: Sequence[Event], state: ApprovalState
+    ) -> Durability:
+        self.submissions += 1
+        ticket = Ticket()
+        if seq != self.next_seq[session_id]:
+            ticket.fail(StoreError(f"out of sequence: {seq} != {self.next_seq[session_id]}"))
+            return ticket
+        self.next_seq[session_id] = seq + len(events)
+        self.held.append((session_id, seq, tuple(events), state, ticket))
+        return ticket
+
+    def ack_all(self) -> None:
+        for session_id, seq, events, state, ticket in self.held:
+            self.inner.submit(session_id, seq, events, state)
+            ticket.succeed()
+        self.held.clear()
+
+    def fail_all(self, error: StoreError) -> None:
+        for session_id, _seq, _events, _state, ticket in self.held:
+            self.next_seq[session_id] = self.inner.head_nowait(session_id).seq
+            ticket.fail(error)
+        self.held.clear()
+
+    @property
+    def congested(self) -> bool:
+        return False
+
+    async def wait_for_room(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def head(self, session_id: str) -> StoreHead:
+        return await self.inner.head(session_id)
+
+    async def release(self, session_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+        raise NotImplementedError
+
+    async def lookup(self, session_id: str) -> SessionRecord | None:
+        return await self.inner.lookup(session_id)
+
+    async def read(self, session_id: str) -> list[Event]:
+        return await self.inner.read(session_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _settle(store: HeldStore, count: int) -> None:
+    """Wait until every task is blocked; by then *count* submissions are held."""
+    with trio.fail_after(5):
+        await trio.testing.wait_all_tasks_blocked()
+    assert len(store.held) == count
+
+
+async def test_a_failed_write_fails_what_was_sequenced_on_it_then_the_session_resumes() -> None:
+    store = HeldStore()
+    errors: list[str] = []
+    async with open_broker(store=store) as broker, broker.open_session() as session:
+
+        async def record(text: str) -> None:
+            try:
+                await session.record(UserMessage(text=text))
+            except AuditAppendError as exc:
+                errors.append(f"{text}: {exc}")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(record, "m1")
+            await _settle(store, 1)
+            nursery.start_soon(record, "m2")  # sequenced on top of m1, not yet durable
+            await _settle(store, 2)
+            assert session.state.events == 2  # the projection ran ahead of durability
+            store.fail_all(StoreError("disk full"))
+        assert sorted(e.split(":")[0] for e in errors) == ["m1", "m2"]
+        assert all("could not append user/message" in e and "disk full" in e for e in errors)
+
+        async def later() -> None:
+            await session.record(UserMessage(text="m3"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(later)
+            await _settle(store, 1)
+            store.ack_all()
+        # m3 follows the last durable event (seq 0), not the two that failed.
+        assert await store.read(session.id) == [UserMessage(text="m3")]
+        assert session.state == fold_all([UserMessage(text="m3")])
+
+
+async def test_a_fenced_session_fails_closed_and_ends() -> None:
+    store = HeldStore()
+
+    async def allow(_req: ApprovalRequest, _next: object) -> Outcome:
+        await trio.lowlevel.checkpoint()
+        return Outcome.ALLOWED_ONCE
+
+    async with open_broker(store=store) as broker:
+        session = await broker.start_session()
+        session.add_answerer(allow)
+        outcome: list[object] = []
+
+        async def ask() -> None:
+            try:
+                async with session.turn():
+                    outcome.append(
+                        await broker.request(ApprovalRequest(agent=session.agent, tool_name="x"))
+                    )
+            except AuditAppendError as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            await _settle(store, 1)  # turn/start
+            store.fail_all(SessionFencedError("session taken over by host-b (epoch 2)"))
+        [error] = outcome
+        assert isinstance(error, AuditAppendError)
+        assert "host-b" in str(error)
+        with trio.fail_after(5):
+            await session.wait_closed()
+        assert not session.is_open
+        assert isinstance(session.crash_cause, SessionFencedError)
+        before = store.submissions
+        with pytest.raises(SessionClosedError, match=r"crashed .*SessionFencedError"):
+            await session.record(UserMessage(text="after"))
+        assert store.submissions == before  # it never writes again
+        assert await store.read(session.id) == []
+
+
+async def test_sqlite_refuses_a_submission_that_does_not_follow_its_log(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with open_sqlite_store(tmp_path / "s.db") as store:
+            await store.create_session("s", None)
+            first = [UserMessage(text="one")]
+            await store.submit("s", 0, first, fold_all(first)).wait()
+            stale = store.submit("s", 5, [UserMessage(text="two")], ApprovalState())
+            with pytest.raises(StoreError, match=r"after seq 5, but its log .* ends at seq 1"):
+                await stale.wait()
+            head = await store.head("s")
+            assert (head.seq, head.state) == (1, fold_all(first))
+            assert await store.read("s") == first
+
+
+async def test_sqlite_checkpoints_the_state_it_was_handed_without_folding(tmp_path: Path) -> None:
+    """The writer persists the session's projection as given (no second fold)."""
+    path = tmp_path / "s.db"
+    events = [UserMessage(text="a"), UserMessage(text="b")]
+    handed = attrs.evolve(fold_all(events), turn=7)  # a state no fold of these events gives
+    async with open_sqlite_store(path, checkpoint_every=1) as store:
+        await store.create_session("s", None)
+        await store.submit("s", 0, events, handed).wait()
+        assert (await store.head("s")).state == handed
