@@ -44,7 +44,10 @@ def _values(field: attrs.Attribute[Any]) -> st.SearchStrategy[Any]:
     return base
 
 
-@pytest.mark.parametrize("cls", sorted(_FAST_LINES, key=lambda c: c.TYPE))
+FAST_CLASSES: list[type[Event]] = sorted(_FAST_LINES, key=lambda cls: cls.TYPE)
+
+
+@pytest.mark.parametrize("cls", FAST_CLASSES)
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_fast_line_equals_the_converter_line(cls: type[Event], data: st.DataObject) -> None:
