@@ -30,7 +30,7 @@ async def run_until_signalled(command: str, fn: Callable[[*Ts], Awaitable[int]],
     A second signal while the teardown runs is acknowledged once and otherwise ignored: the
     teardown is bounded, and cutting it short would leave unpaired questions. Signals that
     arrive after the receiver closed are recorded by a plain handler (no traceback, no second
-    death). Cancellation: the caller's cancellation propagates after *fn*'s own teardown.
+    death); once a signal stopped the command, later ones are ignored until the process exits. Cancellation: the caller's cancellation propagates after *fn*'s own teardown.
     """
     caught: list[int] = []
 
@@ -44,7 +44,12 @@ async def run_until_signalled(command: str, fn: Callable[[*Ts], Awaitable[int]],
         status = await _run(command, caught, fn, *args)
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            # Once a signal stopped the command, the process is on its way out: later ones are
+            # ignored (SIG_IGN, which also survives interpreter finalisation, where Python puts
+            # its own handlers back to the default), so a second press during the command's
+            # cleanup — a temporary workspace being removed, say — neither prints a
+            # KeyboardInterrupt traceback nor kills the process before its exit status is set.
+            signal.signal(signum, signal.SIG_IGN if caught else handler)
     if caught:
         name = signal.Signals(caught[0]).name
         print(
