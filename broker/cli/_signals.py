@@ -30,7 +30,8 @@ async def run_until_signalled(command: str, fn: Callable[[*Ts], Awaitable[int]],
     A second signal while the teardown runs is acknowledged once and otherwise ignored: the
     teardown is bounded, and cutting it short would leave unpaired questions. Signals that
     arrive after the receiver closed are recorded by a plain handler (no traceback, no second
-    death); once a signal stopped the command, later ones are ignored until the process exits. Cancellation: the caller's cancellation propagates after *fn*'s own teardown.
+    death); once a signal stopped the command, later ones are ignored until the process exits.
+    Cancellation: the caller's cancellation propagates after *fn*'s own teardown.
     """
     caught: list[int] = []
 
