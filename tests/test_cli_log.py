@@ -200,3 +200,31 @@ def test_import_round_trip_and_errors(
     )
     assert run("log", "show", str(copy)) == 0
     assert "new" not in capsys.readouterr().out
+
+
+def test_show_names_who_answered_with_control_characters_visible(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # answeredBy comes from whoever answered (a web form, a CLI flag): a terminal escape or a
+    # bidi override in it must reach the reader's terminal as visible text, never as control.
+    path = tmp_path / "store.db"
+    ticks = iter(TICKS)
+
+    async def write() -> None:
+        with trio.fail_after(10):
+            async with open_sqlite_store(path, clock_ms=lambda: next(ticks)) as store:
+                await store.create_session("s", None)
+                await store.append("s", [TurnStart(turn=1)])
+                await store.append("s", [ApprovalAsked(id="q1", tool_name="bash")])
+                decided = ApprovalDecided(
+                    id="q1", outcome=Outcome.REJECTED, answered_by="al\x1b[2Jice\u202e"
+                )
+                await store.append("s", [decided])
+
+    trio.run(write)
+    assert run("log", "show", str(path), "s") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[4] == (
+        "     3  03:04:06.500    +1.500s  decided q1 rejected by al\\x1b[2Jice\\u202e "
+        "(asked at #2, 1.250s)"
+    )

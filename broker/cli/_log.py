@@ -179,6 +179,8 @@ def _describe_decided(entry: TimelineEntry, event: ApprovalDecided) -> str:
         if on
     ]
     text = f"decided {event.id} {event.outcome}"
+    if event.answered_by is not None:
+        text += f" by {event.answered_by}"
     if flags:
         text += " [" + ", ".join(flags) + "]"
     if entry.pair_seq is None:
