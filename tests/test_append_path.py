@@ -24,19 +24,18 @@ from broker import (
 )
 from broker._projection import ApprovalState, fold_all
 from broker.store import open_sqlite_store
+from broker.store._forwarding import ForwardingStore
 from broker.store._memory import MemoryStore
 from broker.store._protocol import (
     Durability,
     SessionFencedError,
-    SessionRecord,
     StoreError,
-    StoreHead,
 )
 from broker.store._ticket import Ticket
 
 
 @attrs.define(eq=False)
-class HeldStore:
+class HeldStore(ForwardingStore):
     """A store whose tickets resolve when the test says so (a slow disk it controls).
 
     It keeps what a real store keeps: the acknowledged log, and the seq the next submission of a
@@ -54,9 +53,6 @@ class HeldStore:
     async def create_session(self, session_id: str, parent_id: str | None) -> None:
         await self.inner.create_session(session_id, parent_id)
         self.next_seq[session_id] = 0
-
-    async def claim(self, session_id: str) -> StoreHead:
-        return await self.inner.claim(session_id)
 
     def submit(
         self, session_id: str, seq: int, events: Sequence[Event], state: ApprovalState
@@ -89,23 +85,11 @@ class HeldStore:
     async def wait_for_room(self) -> None:
         await trio.lowlevel.checkpoint()
 
-    async def head(self, session_id: str) -> StoreHead:
-        return await self.inner.head(session_id)
-
     async def release(self, session_id: str) -> None:
         await trio.lowlevel.checkpoint()
 
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
         raise NotImplementedError
-
-    async def lookup(self, session_id: str) -> SessionRecord | None:
-        return await self.inner.lookup(session_id)
-
-    async def read(self, session_id: str) -> list[Event]:
-        return await self.inner.read(session_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def _settle(store: HeldStore, count: int) -> None:

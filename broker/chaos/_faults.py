@@ -8,19 +8,20 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._events import ApprovalAsked, ApprovalDecided
+from ..store._forwarding import ForwardingStore
 from ..store._protocol import StoreError
 from ..store._ticket import Ticket
 
 if TYPE_CHECKING:
     from .._events import Event
     from .._projection import ApprovalState
-    from ..store._protocol import Durability, EventStore, SessionRecord, StoreHead
+    from ..store._protocol import Durability
 
 __all__ = ["FaultyStore"]
 
 
 @attrs.define(eq=False)
-class FaultyStore:
+class FaultyStore(ForwardingStore):
     """Wraps *inner*; an append carrying the ``asked`` of a call in ``fail_asked`` (or the
     ``decided`` of a call in ``fail_decided``) fails whole, once, like a full disk would: its
     ticket fails and nothing of it reaches the inner store.
@@ -30,7 +31,6 @@ class FaultyStore:
     that was made durable.
     """
 
-    inner: EventStore
     fail_asked: set[str] = attrs.field(factory=set)
     fail_decided: set[str] = attrs.field(factory=set)
     on_decided: Callable[[ApprovalDecided], None] | None = None
@@ -64,14 +64,6 @@ class FaultyStore:
                 if isinstance(event, ApprovalDecided):
                     self.on_decided(event)
 
-    async def create_session(self, session_id: str, parent_id: str | None) -> None:
-        """As the inner store. Cancellation: as the inner store."""
-        await self.inner.create_session(session_id, parent_id)
-
-    async def claim(self, session_id: str) -> StoreHead:
-        """As the inner store. Cancellation: as the inner store."""
-        return await self.inner.claim(session_id)
-
     def submit(
         self, session_id: str, seq: int, events: Sequence[Event], state: ApprovalState
     ) -> Durability:
@@ -88,40 +80,11 @@ class FaultyStore:
             return ticket
         return _Watched(ticket, lambda: self._landed(events))
 
-    @property
-    def congested(self) -> bool:
-        """As the inner store."""
-        return self.inner.congested
-
-    async def wait_for_room(self) -> None:
-        """As the inner store. Cancellation: just stops waiting."""
-        await self.inner.wait_for_room()
-
-    async def head(self, session_id: str) -> StoreHead:
-        """As the inner store. Cancellation: safe."""
-        return await self.inner.head(session_id)
-
-    async def release(self, session_id: str) -> None:
-        """As the inner store. Cancellation: safe."""
-        await self.inner.release(session_id)
-
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
         """Fail if planned, else append to the inner store. Cancellation: as the inner store."""
         self._check(events)
         await self.inner.append(session_id, events)
         self._landed(events)
-
-    async def lookup(self, session_id: str) -> SessionRecord | None:
-        """As the inner store. Cancellation: safe."""
-        return await self.inner.lookup(session_id)
-
-    async def read(self, session_id: str) -> list[Event]:
-        """As the inner store. Cancellation: safe."""
-        return await self.inner.read(session_id)
-
-    async def aclose(self) -> None:
-        """As the inner store."""
-        await self.inner.aclose()
 
 
 @attrs.define(eq=False)
