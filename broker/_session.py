@@ -26,7 +26,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 import trio
@@ -65,12 +65,21 @@ if TYPE_CHECKING:
     from ._answerers import AnswerFn
     from ._host import SessionHost
     from ._request import ApprovalRequest
+    from .store._protocol import Durability
 
 __all__ = ["Session"]
 
 log = logging.getLogger("broker.session")
 
 Builder = Callable[[ApprovalState], Event | None]
+
+
+class _Submitted(NamedTuple):
+    """An event handed to the store, and the ticket that says when it is durable."""
+
+    event: Event
+    ticket: Durability
+    generation: int
 
 
 class _Status(enum.Enum):
@@ -384,39 +393,59 @@ class Session:
         caller's cancellation cannot stop it, and every wait is bounded by the host's
         ``settle_grace``: past it :class:`AuditAppendError` is raised.
         """
-        self._check_admitted(internal)
-        store = self._host.store
-        if not shielded:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        if self._stale or store.congested:
-            await self._make_ready(shielded)
-            self._check_admitted(internal)
-        # From here to submit: no await, so the log's order is the order of these steps.
-        state = self._state
-        event = build(state)
-        if event is None:
+        submitted = await self._submit(build, internal=internal, shielded=shielded)
+        if submitted is None:
             if shielded:
                 await trio.lowlevel.cancel_shielded_checkpoint()
             else:
                 await trio.lowlevel.checkpoint()
             return None
+        return await self._durable(submitted, schedule=schedule, shielded=shielded)
+
+    # Checkpoints only when it waits or fails: the caller awaits durability next.
+    async def _submit(self, build: Builder, *, internal: bool, shielded: bool) -> _Submitted | None:
+        """The first half of :meth:`_append`: admission, readiness, :meth:`_sequence`."""
+        self._check_admitted(internal)
+        if not shielded:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        if self._stale or self._host.store.congested:
+            await self._make_ready(shielded)
+            self._check_admitted(internal)
+        try:
+            return self._sequence(build)  # noqa: ASYNC910 (the caller awaits durability next)
+        except Exception:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise
+
+    def _sequence(self, build: Builder) -> _Submitted | None:
+        """Build, check, fold and hand one event to the store, without an await: the log's
+        order is the order of these calls. None when *build* returned None. Raises the build's
+        precondition, :class:`AuditInvariantError`, or :class:`AuditAppendError` when the store
+        refused the submission."""
+        state = self._state
+        event = build(state)
+        if event is None:
+            return None
         broken = check(state, event)
         if broken is not None:
             # Invariant: nothing that breaks an audit rule is ever handed to the store.
             rule, detail = broken
-            await trio.lowlevel.cancel_shielded_checkpoint()
             raise AuditInvariantError(
                 f"session {self.id} refused {event.TYPE}: rule {rule}: {detail}"
             )
         after = fold(state, event)
         generation = self._generation
         try:
-            ticket = store.submit(self.id, state.events, (event,), after)
+            ticket = self._host.store.submit(self.id, state.events, (event,), after)
         except Exception as exc:
             self._failed(generation, exc)
-            await trio.lowlevel.cancel_shielded_checkpoint()
             raise self._append_error(event, exc) from exc
         self._state = after
+        return _Submitted(event, ticket, generation)
+
+    async def _durable(self, submitted: _Submitted, *, schedule: bool, shielded: bool) -> Event:
+        """Wait until a sequenced event is durable (see :meth:`_append`)."""
+        event, ticket, generation = submitted
         if ticket.done:
             error = getattr(ticket, "error", None)
             if error is None:
@@ -544,7 +573,10 @@ class Session:
         ``approval/decided`` (``cancelled``) is still appended, shielded and bounded by
         ``settle_grace``, and then :class:`trio.Cancelled` propagates. Once the decision is made
         its ``approval/decided`` is appended shielded (same bound) and the decision returned;
-        the cancellation is then delivered at the caller's next checkpoint.
+        the cancellation is then delivered at the caller's next checkpoint. A question that
+        steps 3.1–3.3 decide (policy ``never``, a grant, an abort before it was put) is decided
+        before any await: its ``decided`` is sequenced right behind ``asked`` and both are
+        awaited shielded, so a cancellation then gets the decision, not ``cancelled``.
         """
         if req.agent is not self.agent:
             raise ValueError(
@@ -564,14 +596,10 @@ class Session:
         flight = self._admit(request_id)
         try:
             try:
-                # The decided append below is this request's schedule point.
-                await self._append(put, schedule=False)
-                # Steps 3.1-3.3 need no await: the decided append below is the schedule point.
-                decided_now = self._decide_now(req, flight)
-                if decided_now is None:
-                    outcome, remembered, by_policy = await self._decide(req, flight)
-                else:
-                    outcome, remembered, by_policy = decided_now
+                pipelined = await self._ask_decided_now(put, req, flight, request_id)
+                if pipelined is not None:
+                    return pipelined
+                outcome, remembered, by_policy = await self._decide(req, flight)
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
                     await self._record_cancelled(request_id)
@@ -601,6 +629,49 @@ class Session:
             )
         finally:
             self._settle(request_id)
+
+    async def _ask_decided_now(
+        self, put: Builder, req: ApprovalRequest, flight: Flight, request_id: str
+    ) -> Decision | None:
+        """Append ``asked``; if steps 3.1–3.3 decide without an answerer, also append its
+        ``decided`` and return the decision, else return None once ``asked`` is durable.
+
+        When they decide, ``decided`` is sequenced right behind ``asked``, before either is
+        durable, and both are awaited together (shielded, bounded by ``settle_grace``): the
+        decision was made before any await, so no cancellation can come "before the decision",
+        and one durability wait serves both events. The store keeps them in order and fails
+        ``decided`` whenever ``asked`` fails, so the log never holds a decision without its
+        question. Cancellation: before ``asked`` is sequenced nothing is appended; while
+        ``asked`` alone is awaited the caller's cancellation propagates (see :meth:`ask`).
+        """
+        store = self._host.store
+        asked = await self._submit(put, internal=False, shielded=False)
+        assert asked is not None  # put always builds
+        # Steps 3.1-3.3 need no await.
+        decided_now = self._decide_now(req, flight)
+        if decided_now is None or asked.ticket.done or store.congested:
+            await self._durable(asked, schedule=False, shielded=False)
+            if decided_now is None:
+                return None
+            pipelined = None
+        else:
+            pipelined = asked
+        outcome, remembered, by_policy = decided_now
+        decided = ApprovalDecided(
+            id=request_id,
+            outcome=outcome,
+            remembered=remembered,
+            policy=Policy.NEVER if by_policy else None,
+        )
+        if pipelined is None:
+            await self._append(lambda _state: decided, internal=True, shielded=True)
+        else:
+            # Not congested, not stale (asked was just taken): sequenced without an await.
+            submitted = await self._submit(lambda _state: decided, internal=True, shielded=True)
+            assert submitted is not None
+            await self._durable(pipelined, schedule=False, shielded=True)
+            await self._durable(submitted, schedule=False, shielded=True)
+        return Decision(id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy)
 
     def _decide_now(
         self, req: ApprovalRequest, flight: Flight

@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from broker import (
+    ApprovalDecided,
     ApprovalRequest,
     AuditAppendError,
     Event,
@@ -194,3 +195,95 @@ async def test_sqlite_checkpoints_the_state_it_was_handed_without_folding(tmp_pa
         await store.create_session("s", None)
         await store.submit("s", 0, events, handed).wait()
         assert (await store.head("s")).state == handed
+
+
+async def test_a_question_decided_without_an_answerer_is_sequenced_with_its_decision() -> None:
+    """Steps 3.1-3.3 decide before any await: ``decided`` is handed to the store right behind
+    ``asked``, and the request waits for both at once (one durability wait, not two)."""
+    store = HeldStore()
+    async with open_broker(store=store, policy="never") as broker:
+        session = await broker.start_session()
+        decisions: list[Outcome] = []
+
+        async def ask() -> None:
+            async with session.turn():
+                decisions.append(
+                    await broker.request(ApprovalRequest(agent=session.agent, tool_name="x"))
+                )
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            await _settle(store, 1)  # turn/start
+            store.ack_all()
+            await _settle(store, 2)  # asked AND decided, neither durable yet
+            assert [type(e).__name__ for _s, _q, (e,), _st, _t in store.held] == [
+                "ApprovalAsked",
+                "ApprovalDecided",
+            ]
+            assert decisions == []  # nothing returns before both are durable
+            store.ack_all()
+            await _settle(store, 1)  # turn/end
+            store.ack_all()
+        assert decisions == [Outcome.REJECTED]
+
+
+async def test_a_pipelined_decision_whose_question_failed_fails_with_it() -> None:
+    store = HeldStore()
+    async with open_broker(store=store, policy="never") as broker:
+        session = await broker.start_session()
+        errors: list[AuditAppendError] = []
+
+        async def ask() -> None:
+            async with session.turn():
+                try:
+                    await broker.request(ApprovalRequest(agent=session.agent, tool_name="x"))
+                except AuditAppendError as exc:
+                    errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            await _settle(store, 1)
+            store.ack_all()
+            await _settle(store, 2)
+            store.fail_all(StoreError("disk full"))  # asked fails: decided goes with it
+            await _settle(store, 1)  # the turn still ends, after a resync
+            store.ack_all()
+        [error] = errors
+        assert "could not append approval/asked" in str(error)
+        logged = [type(e).__name__ for e in await store.read(session.id)]
+        assert logged == ["TurnStart", "TurnEnd"]  # never a decision without its question
+
+
+async def test_a_caller_cancelled_during_a_pipelined_wait_still_gets_the_decision() -> None:
+    """The decision was made before the wait, so the wait is shielded: the caller's
+    cancellation arrives at its next checkpoint, after the decision is durable."""
+    store = HeldStore()
+    async with open_broker(store=store, policy="never") as broker:
+        session = await broker.start_session()
+        got: list[Outcome] = []
+        cancel = trio.CancelScope()
+
+        async def ask() -> None:
+            with cancel:
+                async with session.turn():
+                    request = ApprovalRequest(agent=session.agent, tool_name="x")
+                    got.append(await broker.request(request))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            await _settle(store, 1)  # turn/start
+            store.ack_all()
+            await _settle(store, 2)  # asked and decided
+            cancel.cancel()
+            await _settle(store, 2)  # the cancellation did not end the wait
+            assert got == []
+            store.ack_all()
+            while True:  # whatever the turn's end appends
+                with trio.fail_after(5):
+                    await trio.testing.wait_all_tasks_blocked()
+                if not store.held:
+                    break
+                store.ack_all()
+        assert got == [Outcome.REJECTED]
+        logged = await store.read(session.id)
+        assert [e.outcome for e in logged if isinstance(e, ApprovalDecided)] == [Outcome.REJECTED]
