@@ -19,6 +19,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 
+from ._cattrs_errors import StructureProblem, problems
 from ._errors import BrokerError
 from ._events import (
     AgentMessage,
@@ -35,7 +36,7 @@ from ._events import (
     TurnStart,
     UserMessage,
 )
-from ._json_names import camel, camel_path, json_type
+from ._json_names import camel, json_type
 
 __all__ = [
     "EventDecodeError",
@@ -68,7 +69,7 @@ def _strict(kind: type[Any], *, name: str) -> Any:
     def structure(value: object, _type: Any) -> Any:
         if type(value) is kind or (kind is float and type(value) is int):
             return value
-        raise TypeError(f"expected {name}, got {json_type(value)}")
+        raise StructureProblem(f"expected {name}, got {json_type(value)}")
 
     return structure
 
@@ -238,7 +239,7 @@ def event_from_dict(record: object) -> Event:
     try:
         return converter.structure(data, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        detail = _describe(exc)
+        detail = "; ".join(problems(exc))
         raise EventDecodeError(f"malformed {tag!r} event: {detail}") from exc
 
 
@@ -249,14 +250,3 @@ def decode_event(line: str | bytes) -> Event:
     except json.JSONDecodeError as exc:
         raise EventDecodeError(f"not valid JSON: {exc.msg} at column {exc.colno}") from exc
     return event_from_dict(record)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, cattrs.BaseValidationError):
-        # cattrs names attributes by their Python names; the reader knows the wire names.
-        messages = []
-        for message in cattrs.transform_error(exc):
-            text, sep, path = message.rpartition(" @ ")
-            messages.append(f"{text}{sep}{camel_path(path)}" if sep else message)
-        return "; ".join(messages)
-    return str(exc)

@@ -30,11 +30,10 @@ from typing import Annotated, Any, Final, TypeAlias, TypeVar
 
 import attrs
 import cattrs
-from cattrs.errors import ForbiddenExtraKeysError
-from cattrs.v import format_exception
 
+from .._cattrs_errors import StructureProblem, problems
 from .._codec import converter, register_wire_type
-from .._json_names import camel, camel_path, json_type
+from .._json_names import camel, json_type
 from ._errors import ErrorCode, JsonRpcError, WireDecodeError
 from ._jsonrpc import CANCEL_REQUEST_METHOD
 
@@ -123,8 +122,8 @@ Object: TypeAlias = Annotated[dict[str, Any], _Strict]
 Seq: TypeAlias = Annotated[tuple[T, ...], _Strict]
 
 
-class _WireValueError(ValueError):
-    """Our own decode complaint; its message is shown as is, with the path appended."""
+#: What a peer is told to do with keys ACP does not define (they belong in ``_meta``).
+_EXTRA_KEYS_HINT = "acp reserves them; put extensions under _meta"
 
 
 def _is_strict(type_: object) -> bool:
@@ -144,7 +143,7 @@ def _structure_strict(value: object, type_: Any) -> Any:
     }[origin]
     if not ok:
         article = "an" if expected[origin][0] in "ao" else "a"
-        raise _WireValueError(f"expected {article} {expected[origin]}, got {json_type(value)}")
+        raise StructureProblem(f"expected {article} {expected[origin]}, got {json_type(value)}")
     if origin is tuple or origin is dict:
         return converter.structure(value, base)
     return value
@@ -576,7 +575,7 @@ def _register(cls: type[Any]) -> None:
 
     def structure(value: object, type_: Any) -> Any:
         if not isinstance(value, dict):
-            raise _WireValueError(f"expected an object, got {json_type(value)}")
+            raise StructureProblem(f"expected an object, got {json_type(value)}")
         if tolerant:
             value = {k: v for k, v in value.items() if k in known}
         elif _META in value:
@@ -600,16 +599,16 @@ def _register_union(
 
     def structure(value: object, _type: Any) -> Any:
         if not isinstance(value, dict):
-            raise _WireValueError(f"{what} must be an object, got {json_type(value)}")
+            raise StructureProblem(f"{what} must be an object, got {json_type(value)}")
         if tag_key not in value:
             if untagged is not None:
                 return converter.structure(value, untagged)
-            raise _WireValueError(f"{what} has no {tag_key!r}: expected one of {expected}")
+            raise StructureProblem(f"{what} has no {tag_key!r}: expected one of {expected}")
         tag = value[tag_key]
         cls = variants.get(tag) if isinstance(tag, str) else None
         if cls is None:
             shown = repr(tag) if isinstance(tag, str) and len(tag) <= 40 else json_type(tag)
-            raise _WireValueError(
+            raise StructureProblem(
                 f"{tag_key} {shown} is not a known {what}: expected one of {expected}"
             )
         return converter.structure({k: v for k, v in value.items() if k != tag_key}, cls)
@@ -724,7 +723,7 @@ def from_wire(cls: type[T], data: object) -> T:
     try:
         return converter.structure(data, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        errors = _problems(exc)
+        errors = problems(exc, extra_keys_hint=_EXTRA_KEYS_HINT)
         raise WireDecodeError(f"malformed {cls.__name__}: {'; '.join(errors)}", errors) from exc
 
 
@@ -742,35 +741,3 @@ def params_from_wire(cls: type[T], params: object) -> T:
             f"invalid params: {'; '.join(exc.errors)}",
             {"errors": list(exc.errors)},
         ) from exc
-
-
-def _format(exc: BaseException, type_: type[Any] | None) -> str:
-    if isinstance(exc, _WireValueError):
-        return str(exc)
-    if isinstance(exc, ForbiddenExtraKeysError):
-        # Key names come from the peer: show a few, clipped.
-        shown = [key if len(key) <= 40 else key[:37] + "..." for key in sorted(exc.extra_fields)]
-        keys = ", ".join(shown[:5]) + (", ..." if len(shown) > 5 else "")
-        return f"unexpected keys ({keys}): acp reserves them; put extensions under _meta"
-    # An optional field reports its union type; the enum is the one member that is not None.
-    members = [t for t in typing.get_args(type_) if t is not type(None)] or [type_]
-    target = members[0] if len(members) == 1 else None
-    if isinstance(exc, ValueError) and isinstance(target, type) and issubclass(target, enum.Enum):
-        values = ", ".join(str(member.value) for member in target)
-        return f"expected one of {values}"
-    if isinstance(exc, KeyError):
-        return "required field missing"
-    return format_exception(exc, type_)
-
-
-def _problems(exc: BaseException) -> tuple[str, ...]:
-    if isinstance(exc, cattrs.BaseValidationError):
-        messages = cattrs.transform_error(exc, format_exception=_format)
-    else:
-        messages = [f"{_format(exc, None)} @ $"]
-    # cattrs names attributes by their Python names; the peer knows the wire names.
-    problems = []
-    for message in messages:
-        text, sep, path = message.rpartition(" @ ")
-        problems.append(f"{text}{sep}{camel_path(path)}" if sep else message)
-    return tuple(problems)

@@ -27,6 +27,7 @@ import attrs
 import cattrs
 import trio
 
+from .._cattrs_errors import problems
 from .._codec import converter, register_wire_type
 from .._errors import BrokerError
 from ..tools._call import ToolCall
@@ -86,10 +87,7 @@ class Scenario:
         try:
             return converter.structure(data, cls)
         except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-            if isinstance(exc, cattrs.BaseValidationError):
-                detail = "; ".join(cattrs.transform_error(exc))
-            else:
-                detail = str(exc)
+            detail = "; ".join(problems(exc))
             raise ScenarioError(f"scenario {source!r} is malformed: {detail}") from exc
 
 
