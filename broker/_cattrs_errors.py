@@ -24,7 +24,7 @@ from cattrs.v import format_exception
 
 from ._json_names import camel, camel_path
 
-__all__ = ["StructureProblem", "problems"]
+__all__ = ["StructureProblem", "path_first", "problems"]
 
 #: How many unexpected keys a message names before it says "...".
 _SHOWN_KEYS = 5
@@ -40,14 +40,15 @@ def problems(
     exc: BaseException,
     *,
     extra_keys_hint: str | None = None,
-    rename: Callable[[str], str] = camel_path,
+    wire_names: bool = True,
 ) -> tuple[str, ...]:
     """The problems of a failed ``converter.structure``, each ``"<problem> @ <path>"``.
 
     *exc* is what ``structure`` raised: a cattrs validation error (one problem per failing
     leaf) or a hook's exception raised before any field was reached (one problem at ``$``).
-    *extra_keys_hint* replaces the default advice after "unexpected keys (…)"; *rename* maps
-    the cattrs path (Python attribute names) to the names the reader knows (camelCase).
+    *extra_keys_hint* replaces the default advice after "unexpected keys (…)". With
+    *wire_names* paths and key names are camelCase (the JSON forms of the codec's classes);
+    without, they are the attribute names (settings files use those).
 
     Synopsis::
 
@@ -57,8 +58,11 @@ def problems(
             raise MyDecodeError("; ".join(problems(exc))) from exc
     """
 
+    name = camel if wire_names else str
+    rename = camel_path if wire_names else str
+
     def describe(error: BaseException, type_: Any) -> str:
-        return _describe(error, type_, extra_keys_hint)
+        return _describe(error, type_, extra_keys_hint, name)
 
     if isinstance(exc, cattrs.BaseValidationError):
         messages = cattrs.transform_error(exc, format_exception=describe)
@@ -71,7 +75,20 @@ def problems(
     return tuple(out)
 
 
-def _describe(exc: BaseException, type_: Any, extra_keys_hint: str | None) -> str:
+def path_first(problem: str) -> str:
+    """``"<problem> @ $.a[2].b"`` as ``"a[2].b: <problem>"`` (a problem at the root unchanged).
+
+    For settings, where the reader looks for the key first.
+    """
+    text, sep, path = problem.rpartition(" @ ")
+    if not sep or path == "$":
+        return text if sep else problem
+    return f"{path.removeprefix('$.')}: {text}"
+
+
+def _describe(
+    exc: BaseException, type_: Any, extra_keys_hint: str | None, name: Callable[[str], str]
+) -> str:
     if isinstance(exc, StructureProblem):
         return str(exc)
     if isinstance(exc, ForbiddenExtraKeysError):
@@ -81,7 +98,7 @@ def _describe(exc: BaseException, type_: Any, extra_keys_hint: str | None) -> st
         ]
         keys = ", ".join(shown[:_SHOWN_KEYS]) + (", ..." if len(shown) > _SHOWN_KEYS else "")
         if extra_keys_hint is None:
-            known = [camel(f.name) for f in attrs.fields(exc.cl)] if attrs.has(exc.cl) else []
+            known = [name(f.name) for f in attrs.fields(exc.cl)] if attrs.has(exc.cl) else []
             extra_keys_hint = f"expected only {', '.join(known)}" if known else "remove them"
         return f"unexpected keys ({keys}): {extra_keys_hint}"
     if isinstance(exc, KeyError):
