@@ -34,8 +34,8 @@ import cattrs
 from .._cattrs_errors import StructureProblem, problems
 from .._codec import converter, register_wire_type
 from .._json_names import camel, json_type
+from ._envelope import CANCEL_REQUEST_METHOD
 from ._errors import ErrorCode, JsonRpcError, WireDecodeError
-from ._jsonrpc import CANCEL_REQUEST_METHOD
 
 __all__ = [
     "PROTOCOL_VERSION",
