@@ -47,6 +47,7 @@ __all__ = [
     "event_to_dict",
     "register_event_type",
     "register_wire_type",
+    "wire_hooks",
 ]
 
 T = TypeVar("T")
@@ -99,17 +100,27 @@ converter.register_structure_hook(enum.StrEnum, _enum_hook(str, "a string"))
 converter.register_structure_hook(enum.IntEnum, _enum_hook(int, "an integer"))
 
 
-def register_wire_type(cls: type[Any]) -> None:
-    """Register an attrs class whose wire names are camelCase and whose unset fields are omitted."""
+def wire_hooks(cls: type[Any]) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]:
+    """The unstructure and structure hooks of an attrs class in its wire form, not registered.
+
+    Wire names are camelCase, unset fields are omitted, unknown keys are refused. The field
+    hooks are looked up now: register those of the fields' types first.
+    """
     fields = attrs.fields(cls)
     overrides: dict[str, Any] = {
         f.name: override(rename=camel(f.name), omit_if_default=True) for f in fields
     }
-    converter.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, converter, **overrides))
-    converter.register_structure_hook(
-        cls,
+    return (
+        make_dict_unstructure_fn(cls, converter, **overrides),
         make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **overrides),
     )
+
+
+def register_wire_type(cls: type[Any]) -> None:
+    """Register an attrs class whose wire names are camelCase and whose unset fields are omitted."""
+    unstructure, structure = wire_hooks(cls)
+    converter.register_unstructure_hook(cls, unstructure)
+    converter.register_structure_hook(cls, structure)
 
 
 def register_event_type(cls: type[Event]) -> None:
