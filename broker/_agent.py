@@ -1,4 +1,4 @@
-"""The asking agent: identity, queued notices and what its runtime context has already seen."""
+"""The asking agent: identity, queued notices, and the ledger of its runtime context."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._context import ContextLedger
 from ._texts import policy_switch_notice
 from ._vocabulary import Policy
 
@@ -35,9 +36,8 @@ class Agent:
     # cancels it, a further switch rewrites its target — so this never grows.
     _notice_from: Policy | None = attrs.field(default=None, init=False)
     _notice_to: Policy | None = attrs.field(default=None, init=False)
-    # The policy whose runtime-context text the model has last been given (None: nothing yet).
-    _context_policy: Policy | None = attrs.field(default=None, init=False)
-    _context_delegated: bool = attrs.field(default=False, init=False)
+    #: What the model has been given in its runtime context (fed by the agent loop).
+    context: ContextLedger = attrs.field(factory=ContextLedger, init=False)
 
     def __repr__(self) -> str:
         return f"<Agent of session {self.session.id}>"

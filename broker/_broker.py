@@ -17,6 +17,7 @@ import trio
 from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle
 from ._collapse import collapse_single
+from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from ._decision import Decision
 from ._errors import BrokerClosedError, ResumeError
 from ._projection import fold_all
@@ -414,25 +415,18 @@ class Broker:
         """The ``approval:policy`` text to append to *agent*'s runtime context, if any.
 
         Returns the text on the first call for an agent and after each effective change;
-        ``None`` while unchanged. An agent-less assembly contributes ``''`` (once).
+        ``None`` while unchanged (the agent's :class:`ContextLedger` remembers). An agent-less
+        assembly contributes ``''``.
         """
         if agent is None:
             return ""
-        policy = self.effective_policy(agent.session)
-        if agent._context_policy is policy:
-            return None
-        agent._context_policy = policy
-        return policy_context(policy)
+        return agent.context.offer(APPROVAL_POLICY, self.approval_context(agent))
 
     def delegation_context_update(self, agent: Agent) -> str | None:
         """The delegation statement for a ``pin-never`` child's first snapshot, else ``None``."""
-        session = agent.session
-        if not session.delegated or self.delegation is not Delegation.PIN_NEVER:
+        if not agent.session.delegated or self.delegation is not Delegation.PIN_NEVER:
             return None
-        if agent._context_delegated:
-            return None
-        agent._context_delegated = True
-        return DELEGATION_STATEMENT
+        return agent.context.offer(APPROVAL_DELEGATION, DELEGATION_STATEMENT)
 
     # -- grants (spec 6) ------------------------------------------------------------------
 

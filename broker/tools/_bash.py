@@ -10,7 +10,7 @@ the next call is confined again.
 from __future__ import annotations
 
 import pathlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -34,7 +34,7 @@ from ._sandbox import (
 if TYPE_CHECKING:
     from .._session import Session
 
-__all__ = ["BashTool", "sandbox_context"]
+__all__ = ["SANDBOX_MODE", "BashTool", "sandbox_context"]
 
 _CONTEXT = {
     SandboxMode.READ_ONLY: (
@@ -49,6 +49,10 @@ _CONTEXT = {
         'Shell commands run with "danger-full-access": there is no sandbox.'
     ),
 }
+
+
+#: The runtime-context key of :func:`sandbox_context`'s text.
+SANDBOX_MODE: Final = "sandbox:mode"
 
 
 def sandbox_context(mode: SandboxMode) -> str:
