@@ -32,6 +32,7 @@ from ._sandbox import (
 )
 
 if TYPE_CHECKING:
+    from .._agent import AgentSession
     from .._session import Session
 
 __all__ = ["SANDBOX_MODE", "BashTool", "sandbox_context"]
@@ -113,7 +114,7 @@ class BashTool:
             },
         )
 
-    def mode_for(self, session: Session | None) -> SandboxMode:
+    def mode_for(self, session: AgentSession | None) -> SandboxMode:
         """The session's current mode: its ``sandbox/mode`` override, else the default."""
         if not self.confining:
             return SandboxMode.DANGER_FULL_ACCESS
