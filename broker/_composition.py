@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import json
 import math
-import os
 import pathlib
 import tomllib
 from collections.abc import Callable
@@ -253,8 +252,8 @@ def _count(value: object, _type: Any) -> int:
 
 
 def _path(value: object, _type: Any) -> str:
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)  # type: ignore[no-any-return]
+    if isinstance(value, pathlib.PurePath):
+        return str(value)
     if not isinstance(value, str):
         raise StructureProblem(f"expected a path (a string), got {_shown(value)}")
     return value

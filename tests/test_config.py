@@ -74,6 +74,7 @@ def test_overrides_win_and_default_store_applies_only_when_unnamed(
     assert composition.policy is Policy.ASK
     assert composition.store is None
     assert Composition.load(default_store=tmp_path / "d.sqlite").store == tmp_path / "d.sqlite"
+    assert Composition.load(store=tmp_path / "o.sqlite").store == tmp_path / "o.sqlite"
 
 
 @pytest.mark.parametrize(
