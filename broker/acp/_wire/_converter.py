@@ -136,8 +136,12 @@ def _unstructure_factory(cls: type[Any]) -> Callable[[Any], Any]:
 
 # Generated on first use, when every wire class and union is registered: a class's generated
 # hooks look up its fields' hooks when they are made.
-converter.register_structure_hook_factory(lambda t: t in _SPECS, _structure_factory)
-converter.register_unstructure_hook_factory(lambda t: t in _SPECS, _unstructure_factory)
+def _is_wire_class(type_: object) -> bool:
+    return isinstance(type_, type) and type_ in _SPECS
+
+
+converter.register_structure_hook_factory(_is_wire_class, _structure_factory)
+converter.register_unstructure_hook_factory(_is_wire_class, _unstructure_factory)
 
 
 def wire_union(union: Any, what: str, tag_key: str, *, untagged: type[Any] | None = None) -> None:
