@@ -24,7 +24,7 @@ from cattrs.v import format_exception
 
 from ._json_names import camel, camel_path
 
-__all__ = ["StructureProblem", "path_first", "problems"]
+__all__ = ["STRUCTURE_ERRORS", "StructureProblem", "path_first", "problems"]
 
 #: How many unexpected keys a message names before it says "...".
 _SHOWN_KEYS = 5
@@ -34,6 +34,10 @@ _KEY_WIDTH = 40
 
 class StructureProblem(ValueError):
     """A structure hook's own complaint; :func:`problems` shows its message as is."""
+
+
+#: What ``converter.structure`` raises for bad input: catch these, then call :func:`problems`.
+STRUCTURE_ERRORS = (cattrs.BaseValidationError, ValueError, TypeError, KeyError)
 
 
 def problems(
@@ -54,7 +58,7 @@ def problems(
 
         try:
             return converter.structure(data, cls)
-        except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        except STRUCTURE_ERRORS as exc:
             raise MyDecodeError("; ".join(problems(exc))) from exc
     """
 

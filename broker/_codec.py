@@ -15,11 +15,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 import attrs
-import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 
-from ._cattrs_errors import StructureProblem, problems
+from ._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, problems
 from ._errors import BrokerError
 from ._events import (
     AgentMessage,
@@ -249,7 +248,7 @@ def event_from_dict(record: object) -> Event:
         raise EventDecodeError(f"event {tag!r} has no data object")
     try:
         return converter.structure(data, cls)
-    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+    except STRUCTURE_ERRORS as exc:
         detail = "; ".join(problems(exc))
         raise EventDecodeError(f"malformed {tag!r} event: {detail}") from exc
 

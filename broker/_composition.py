@@ -19,7 +19,7 @@ import attrs
 import cattrs
 import trio
 
-from ._cattrs_errors import StructureProblem, path_first, problems
+from ._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, path_first, problems
 from ._errors import BrokerError
 from ._vocabulary import Delegation, Policy
 from .agent._loop import AgentLoop, LoopObserver
@@ -106,7 +106,7 @@ class Composition:
             raw["store"] = str(default_store)
         try:
             settings = _settings_converter.structure(raw, _Settings)
-        except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        except STRUCTURE_ERRORS as exc:
             found = "; ".join(path_first(p) for p in problems(exc, wire_names=False))
             raise CompositionError(f"{source}: {found}") from exc
         return settings.compose(base, source)

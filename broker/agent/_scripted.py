@@ -24,10 +24,9 @@ import tomllib
 from typing import Any
 
 import attrs
-import cattrs
 import trio
 
-from .._cattrs_errors import problems
+from .._cattrs_errors import STRUCTURE_ERRORS, problems
 from .._codec import converter, register_wire_type
 from .._errors import BrokerError
 from ..tools._call import ToolCall
@@ -86,7 +85,7 @@ class Scenario:
         """Structure already-parsed data; :class:`ScenarioError` names the source and the path."""
         try:
             return converter.structure(data, cls)
-        except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        except STRUCTURE_ERRORS as exc:
             detail = "; ".join(problems(exc))
             raise ScenarioError(f"scenario {source!r} is malformed: {detail}") from exc
 

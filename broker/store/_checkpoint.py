@@ -20,10 +20,9 @@ import json
 from typing import Any
 
 import attrs
-import cattrs
 
 from .. import _projection
-from .._cattrs_errors import StructureProblem, problems
+from .._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, problems
 from .._codec import converter, register_wire_type
 from .._errors import BrokerError
 from .._json_names import json_type
@@ -88,5 +87,5 @@ def decode_state(text: str) -> ApprovalState:
         raise CheckpointDecodeError(f"expected a JSON object, got {type(data).__name__}")
     try:
         return converter.structure(data, ApprovalState)
-    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+    except STRUCTURE_ERRORS as exc:
         raise CheckpointDecodeError("; ".join(problems(exc))) from exc

@@ -15,9 +15,8 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeAlias, TypeVar
 
 import attrs
-import cattrs
 
-from ..._cattrs_errors import StructureProblem, problems
+from ..._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, problems
 from ..._codec import converter, wire_hooks
 from ..._json_names import camel, json_type
 from .._errors import ErrorCode, JsonRpcError, WireDecodeError
@@ -206,7 +205,7 @@ def from_wire(cls: type[T], data: object) -> T:
     """
     try:
         return converter.structure(data, cls)
-    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+    except STRUCTURE_ERRORS as exc:
         errors = problems(exc, extra_keys_hint=_EXTRA_KEYS_HINT)
         raise WireDecodeError(f"malformed {cls.__name__}: {'; '.join(errors)}", errors) from exc
 
