@@ -1,18 +1,37 @@
-"""The asking agent: identity, queued notices and what its runtime context has already seen."""
+"""The asking agent: identity, queued notices, and the ledger of its runtime context.
+
+The agent knows its session only as an :class:`AgentSession` (what an agent, and whoever holds
+one, may read of its session): this module does not import the session module, so the core's
+imports go one way, ``_session`` -> ``_agent``. The broker turns an agent's session back into
+its ``Session`` by checking it (``Broker._check_agent``).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 
+from ._context import ContextLedger
+from ._projection import ApprovalState
 from ._texts import policy_switch_notice
 from ._vocabulary import Policy
 
-if TYPE_CHECKING:
-    from ._session import Session
+__all__ = ["Agent", "AgentSession", "Notice"]
 
-__all__ = ["Agent", "Notice"]
+
+class AgentSession(Protocol):
+    """What an agent's holders may read of its session (``Session`` is the one implementation)."""
+
+    @property
+    def id(self) -> str:
+        """The session id (the log's key)."""
+        ...
+
+    @property
+    def state(self) -> ApprovalState:
+        """The session's projection: policy, turn, grants, pending questions, sandbox mode."""
+        ...
 
 
 @attrs.frozen(kw_only=True)
@@ -30,14 +49,13 @@ class Agent:
     Agents are created by their session; do not construct them yourself.
     """
 
-    session: Session
+    session: AgentSession
     # Invariant: at most one switch notice is pending — a switch back before the next model step
     # cancels it, a further switch rewrites its target — so this never grows.
     _notice_from: Policy | None = attrs.field(default=None, init=False)
     _notice_to: Policy | None = attrs.field(default=None, init=False)
-    # The policy whose runtime-context text the model has last been given (None: nothing yet).
-    _context_policy: Policy | None = attrs.field(default=None, init=False)
-    _context_delegated: bool = attrs.field(default=False, init=False)
+    #: What the model has been given in its runtime context (fed by the agent loop).
+    context: ContextLedger = attrs.field(factory=ContextLedger, init=False)
 
     def __repr__(self) -> str:
         return f"<Agent of session {self.session.id}>"

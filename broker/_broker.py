@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ._agent import Agent
+from ._agent import Agent, AgentSession
 from ._answerers import AnswererHandle, AnswerFn, insert_handle
 from ._collapse import collapse_single
+from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from ._decision import Decision
 from ._errors import BrokerClosedError, ResumeError
 from ._projection import fold_all
@@ -254,10 +255,10 @@ class Broker:
         it gets the captured policy with ``source: "delegation"``. Cancellation: a child may be
         left open without its policy event; it is closed with the broker.
         """
-        self._check_agent(parent, "parent")
-        captured = parent.session.effective_policy
+        parent_session = self._check_agent(parent, "parent")
+        captured = parent_session.effective_policy
         seeded = Policy.NEVER if self.delegation is Delegation.PIN_NEVER else captured
-        child = await self.start_session(parent.session)
+        child = await self.start_session(parent_session)
         await child.pin_delegated_policy(seeded)
         return child
 
@@ -280,13 +281,24 @@ class Broker:
         session.require_open(parameter)
         return session
 
-    def _check_agent(self, agent: object, parameter: str) -> Agent:
+    def _check_agent(self, agent: object, parameter: str) -> Session:
+        """The open session of this broker that *agent* belongs to (use it, not agent.session)."""
         if not isinstance(agent, Agent):
             raise TypeError(
                 f"{parameter} must be an Agent, got {type(agent).__name__}: pass session.agent"
             )
-        self._check_session(agent.session, parameter)
-        return agent
+        return self._check_session(agent.session, parameter)
+
+    @staticmethod
+    def _session_of(agent: Agent) -> Session:
+        """*agent*'s session as a ``Session`` (open or not; agents are made by sessions only)."""
+        session = agent.session
+        if not isinstance(session, Session):
+            raise TypeError(
+                f"agent.session must be a Session, got {type(session).__name__}: "
+                "pass the agent of a session from broker.start_session()"
+            )
+        return session
 
     # -- answerers ------------------------------------------------------------------------
 
@@ -306,8 +318,7 @@ class Broker:
                 f"fn must be an async callable answer(req, next), got {type(fn).__name__}"
             )
         if scope is not None:
-            self._check_agent(scope, "scope")
-            registry = scope.session._scoped_registry()
+            registry = self._check_agent(scope, "scope")._scoped_registry()
         else:
             registry = self._answerers
         number = next(self._order)
@@ -375,8 +386,7 @@ class Broker:
                 f"req must be an ApprovalRequest, got {type(req).__name__}: "
                 "build one with ApprovalRequest(agent=..., tool_name=...)"
             )
-        self._check_agent(req.agent, "req.agent")
-        return await req.agent.session.ask(req)
+        return await self._check_agent(req.agent, "req.agent").ask(req)
 
     # -- policy (spec 5) ------------------------------------------------------------------
 
@@ -401,50 +411,43 @@ class Broker:
         Cancellation: the event may still land, and then the notice is not queued.
         """
         value = parse_policy(policy)
-        self._check_agent(agent, "agent")
-        return await agent.session.switch_policy(value)
+        return await self._check_agent(agent, "agent").switch_policy(value)
 
     def approval_context(self, agent: Agent | None) -> str:
         """The ``approval:policy`` runtime-context text for *agent* now ('' without an agent)."""
         if agent is None:
             return ""
-        return policy_context(self.effective_policy(agent.session))
+        return policy_context(self.effective_policy(self._session_of(agent)))
 
     def approval_context_update(self, agent: Agent | None) -> str | None:
         """The ``approval:policy`` text to append to *agent*'s runtime context, if any.
 
         Returns the text on the first call for an agent and after each effective change;
-        ``None`` while unchanged. An agent-less assembly contributes ``''`` (once).
+        ``None`` while unchanged (the agent's :class:`ContextLedger` remembers). An agent-less
+        assembly contributes ``''``.
         """
         if agent is None:
             return ""
-        policy = self.effective_policy(agent.session)
-        if agent._context_policy is policy:
-            return None
-        agent._context_policy = policy
-        return policy_context(policy)
+        return agent.context.offer(APPROVAL_POLICY, self.approval_context(agent))
 
     def delegation_context_update(self, agent: Agent) -> str | None:
         """The delegation statement for a ``pin-never`` child's first snapshot, else ``None``."""
-        session = agent.session
-        if not session.delegated or self.delegation is not Delegation.PIN_NEVER:
+        if not self._session_of(agent).delegated or self.delegation is not Delegation.PIN_NEVER:
             return None
-        if agent._context_delegated:
-            return None
-        agent._context_delegated = True
-        return DELEGATION_STATEMENT
+        return agent.context.offer(APPROVAL_DELEGATION, DELEGATION_STATEMENT)
 
     # -- grants (spec 6) ------------------------------------------------------------------
 
-    async def grant(self, session: Session, tool_name: str) -> bool:
+    async def grant(self, session: AgentSession, tool_name: str) -> bool:
         """Remember *tool_name* for *session* (and its live descendants). Idempotent.
+
+        *session* is a ``Session`` of this broker (``agent.session`` is one).
 
         Returns whether an ``approval/grant`` was appended (False: it was already granted).
         Allowed outside a turn. Cancellation: the grant may still land.
         """
         tool = _check_tool(tool_name)
-        self._check_session(session, "session")
-        return await session.grant(tool)
+        return await self._check_session(session, "session").grant(tool)
 
     def is_granted(self, agent: Agent, tool_name: str) -> bool:
         """Whether *agent*'s session or a live ancestor holds a grant for *tool_name*."""
@@ -452,7 +455,7 @@ class Broker:
             raise TypeError(
                 f"agent must be an Agent, got {type(agent).__name__}: pass session.agent"
             )
-        return agent.session.is_granted(_check_tool(tool_name))
+        return self._session_of(agent).is_granted(_check_tool(tool_name))
 
     # -- shutdown -------------------------------------------------------------------------
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 import attrs
-import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 
+from ._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, problems
 from ._errors import BrokerError
 from ._events import (
     AgentMessage,
@@ -35,7 +35,7 @@ from ._events import (
     TurnStart,
     UserMessage,
 )
-from ._json_names import camel, camel_path, json_type
+from ._json_names import camel, json_type
 
 __all__ = [
     "EventDecodeError",
@@ -46,6 +46,7 @@ __all__ = [
     "event_to_dict",
     "register_event_type",
     "register_wire_type",
+    "wire_hooks",
 ]
 
 T = TypeVar("T")
@@ -68,7 +69,7 @@ def _strict(kind: type[Any], *, name: str) -> Any:
     def structure(value: object, _type: Any) -> Any:
         if type(value) is kind or (kind is float and type(value) is int):
             return value
-        raise TypeError(f"expected {name}, got {json_type(value)}")
+        raise StructureProblem(f"expected {name}, got {json_type(value)}")
 
     return structure
 
@@ -98,17 +99,27 @@ converter.register_structure_hook(enum.StrEnum, _enum_hook(str, "a string"))
 converter.register_structure_hook(enum.IntEnum, _enum_hook(int, "an integer"))
 
 
-def register_wire_type(cls: type[Any]) -> None:
-    """Register an attrs class whose wire names are camelCase and whose unset fields are omitted."""
+def wire_hooks(cls: type[Any]) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]:
+    """The unstructure and structure hooks of an attrs class in its wire form, not registered.
+
+    Wire names are camelCase, unset fields are omitted, unknown keys are refused. The field
+    hooks are looked up now: register those of the fields' types first.
+    """
     fields = attrs.fields(cls)
     overrides: dict[str, Any] = {
         f.name: override(rename=camel(f.name), omit_if_default=True) for f in fields
     }
-    converter.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, converter, **overrides))
-    converter.register_structure_hook(
-        cls,
+    return (
+        make_dict_unstructure_fn(cls, converter, **overrides),
         make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **overrides),
     )
+
+
+def register_wire_type(cls: type[Any]) -> None:
+    """Register an attrs class whose wire names are camelCase and whose unset fields are omitted."""
+    unstructure, structure = wire_hooks(cls)
+    converter.register_unstructure_hook(cls, unstructure)
+    converter.register_structure_hook(cls, structure)
 
 
 def register_event_type(cls: type[Event]) -> None:
@@ -237,8 +248,8 @@ def event_from_dict(record: object) -> Event:
         raise EventDecodeError(f"event {tag!r} has no data object")
     try:
         return converter.structure(data, cls)
-    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        detail = _describe(exc)
+    except STRUCTURE_ERRORS as exc:
+        detail = "; ".join(problems(exc))
         raise EventDecodeError(f"malformed {tag!r} event: {detail}") from exc
 
 
@@ -249,14 +260,3 @@ def decode_event(line: str | bytes) -> Event:
     except json.JSONDecodeError as exc:
         raise EventDecodeError(f"not valid JSON: {exc.msg} at column {exc.colno}") from exc
     return event_from_dict(record)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, cattrs.BaseValidationError):
-        # cattrs names attributes by their Python names; the reader knows the wire names.
-        messages = []
-        for message in cattrs.transform_error(exc):
-            text, sep, path = message.rpartition(" @ ")
-            messages.append(f"{text}{sep}{camel_path(path)}" if sep else message)
-        return "; ".join(messages)
-    return str(exc)

@@ -7,15 +7,21 @@ otherwise), and the Claude-Code hook gate when hook settings are given.
 
 from __future__ import annotations
 
+import enum
+import json
+import math
 import pathlib
 import tomllib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NewType, TypeVar
 
 import attrs
+import cattrs
 import trio
 
+from ._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, path_first, problems
 from ._errors import BrokerError
-from ._vocabulary import Delegation, Policy, parse_policy
+from ._vocabulary import Delegation, Policy
 from .agent._loop import AgentLoop, LoopObserver
 from .agent._scripted import Scenario, ScriptedModel
 from .hooks._bridge import HookBridge
@@ -34,19 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["Composition", "CompositionError"]
 
 DEFAULT_PERMISSION_DEADLINE = 300.0
-
-_KEYS = {
-    "policy",
-    "delegation",
-    "sandbox",
-    "scenario",
-    "store",
-    "hooks",
-    "permission_deadline",
-    "allow_always",
-    "max_steps",
-    "command_time_limit",
-}
 
 
 class CompositionError(BrokerError, ValueError):
@@ -89,105 +82,34 @@ class Composition:
         ``allow_always``, ``max_steps``, ``command_time_limit``. Relative paths in the file are
         resolved against the file's directory. *default_store* applies when neither the file
         nor the overrides name a store (``":memory:"`` names none).
+
+        A bad value raises :class:`CompositionError` naming the file, the key and what is
+        expected, e.g. ``config 'a.toml': max_steps: expected a whole number of at least 1,
+        got 0``; numbers of seconds must be finite and above 0 (``inf`` and ``nan`` are refused).
         """
         raw: dict[str, Any] = {}
         base = pathlib.Path.cwd()
+        source = "settings"
         if path is not None:
+            source = f"config {str(path)!r}"
             try:
                 raw = tomllib.loads(path.read_text(encoding="utf-8"))
             except OSError as exc:
                 raise CompositionError(
-                    f"config {str(path)!r} cannot be read: {exc.strerror or exc}; pass an "
-                    "existing TOML file"
+                    f"{source} cannot be read: {exc.strerror or exc}; pass an existing TOML file"
                 ) from exc
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise CompositionError(f"config {str(path)!r} is not valid TOML: {exc}") from exc
+                raise CompositionError(f"{source} is not valid TOML: {exc}") from exc
             base = path.resolve().parent
-            unknown = sorted(set(raw) - _KEYS)
-            if unknown:
-                raise CompositionError(
-                    f"config {str(path)!r} has unknown keys {unknown}: expected some of "
-                    f"{sorted(_KEYS)}"
-                )
         raw.update({k: v for k, v in overrides.items() if v is not None})
         if "store" not in raw and default_store is not None:
             raw["store"] = str(default_store)
-        return cls._from_raw(raw, base)
-
-    @classmethod
-    def _from_raw(cls, raw: dict[str, Any], base: pathlib.Path) -> Composition:
-        def resolve(value: object, key: str) -> pathlib.Path:
-            if not isinstance(value, str | pathlib.Path):
-                raise CompositionError(f"{key} must be a path, got {value!r}")
-            given = pathlib.Path(value).expanduser()
-            return given if given.is_absolute() else base / given
-
         try:
-            policy = parse_policy(raw.get("policy", "ask"))
-        except (ValueError, TypeError) as exc:
-            raise CompositionError(str(exc)) from None
-        try:
-            delegation = Delegation(raw.get("delegation", "pin-never"))
-        except ValueError:
-            raise CompositionError(
-                f'delegation must be one of "pin-never" or "inherit", got {raw.get("delegation")!r}'
-            ) from None
-        sandbox_raw = raw.get("sandbox", SandboxMode.READ_ONLY.value)
-        sandbox: SandboxMode | None
-        if sandbox_raw == "none":
-            sandbox = None
-        else:
-            try:
-                sandbox = SandboxMode(sandbox_raw)
-            except ValueError:
-                raise CompositionError(
-                    f"sandbox must be one of read-only, workspace-write, danger-full-access or "
-                    f"none, got {sandbox_raw!r}"
-                ) from None
-        scenario_raw = raw.get("scenario", "escalation")
-        if isinstance(scenario_raw, str) and "/" not in scenario_raw and "." not in scenario_raw:
-            try:
-                scenario_file = scenario_path(scenario_raw)
-            except ValueError as exc:
-                raise CompositionError(f"scenario: {exc}") from None
-        else:
-            scenario_file = resolve(scenario_raw, "scenario")
-        scenario = Scenario.from_file(scenario_file)
-        store = (
-            None if raw.get("store") in (None, "", ":memory:") else resolve(raw["store"], "store")
-        )
-        hooks = None
-        if raw.get("hooks"):
-            hooks = HookSettings.from_file(resolve(raw["hooks"], "hooks"))
-        deadline = raw.get("permission_deadline", DEFAULT_PERMISSION_DEADLINE)
-        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
-            raise CompositionError(
-                f"permission_deadline must be a positive number of seconds, got {deadline!r}: "
-                f"the default is {DEFAULT_PERMISSION_DEADLINE:g}"
-            )
-        allow_always = raw.get("allow_always", False)
-        if not isinstance(allow_always, bool):
-            raise CompositionError(f"allow_always must be true or false, got {allow_always!r}")
-        max_steps = raw.get("max_steps", 32)
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise CompositionError(f"max_steps must be a positive integer, got {max_steps!r}")
-        limit = raw.get("command_time_limit", 30.0)
-        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
-            raise CompositionError(
-                f"command_time_limit must be a positive number of seconds, got {limit!r}"
-            )
-        return cls(
-            policy=policy,
-            delegation=delegation,
-            sandbox=sandbox,
-            scenario=scenario,
-            store=store,
-            hooks=hooks,
-            permission_deadline=float(deadline),
-            allow_always=allow_always,
-            max_steps=max_steps,
-            command_time_limit=float(limit),
-        )
+            settings = _settings_converter.structure(raw, _Settings)
+        except STRUCTURE_ERRORS as exc:
+            found = "; ".join(path_first(p) for p in problems(exc, wire_names=False))
+            raise CompositionError(f"{source}: {found}") from exc
+        return settings.compose(base, source)
 
     async def executor(self) -> BubblewrapExecutor | PlainExecutor:
         """The command executor; probes bubblewrap at start-up when a sandbox is composed.
@@ -228,3 +150,142 @@ class Composition:
             max_steps=self.max_steps,
             observer=observer or LoopObserver(),
         )
+
+
+# -- the settings as given, structured by cattrs ------------------------------------------------
+
+#: A positive, finite number of seconds (TOML allows ``inf`` and ``nan``; a bound must not be).
+Seconds = NewType("Seconds", float)
+#: A whole number, at least 1.
+Count = NewType("Count", int)
+#: A path as written (relative ones are resolved against the config file's directory).
+PathText = NewType("PathText", str)
+#: A :class:`SandboxMode` value, or ``"none"`` for no sandbox.
+SandboxChoice = NewType("SandboxChoice", str)
+
+_NO_SANDBOX = "none"
+E = TypeVar("E", bound=enum.Enum)
+
+
+@attrs.frozen(kw_only=True)
+class _Settings:
+    """The keys of a composition file (and the CLI flags over them), as given.
+
+    Structured by :data:`_settings_converter`, so a bad value is refused with its key's name;
+    :meth:`compose` then resolves the paths and reads the scenario and hooks files.
+    """
+
+    policy: Policy = Policy.ASK
+    delegation: Delegation = Delegation.PIN_NEVER
+    sandbox: SandboxChoice = SandboxChoice(SandboxMode.READ_ONLY.value)
+    scenario: PathText = PathText("escalation")
+    store: PathText | None = None
+    hooks: PathText | None = None
+    permission_deadline: Seconds = Seconds(DEFAULT_PERMISSION_DEADLINE)
+    allow_always: bool = False
+    max_steps: Count = Count(32)
+    command_time_limit: Seconds = Seconds(30.0)
+
+    def compose(self, base: pathlib.Path, source: str) -> Composition:
+        """The composition: paths resolved against *base*, scenario and hooks files read."""
+
+        def resolve(value: str) -> pathlib.Path:
+            given = pathlib.Path(value).expanduser()
+            return given if given.is_absolute() else base / given
+
+        if "/" not in self.scenario and "." not in self.scenario:
+            try:
+                scenario_file = scenario_path(self.scenario)
+            except ValueError as exc:
+                raise CompositionError(f"{source}: scenario: {exc}") from None
+        else:
+            scenario_file = resolve(self.scenario)
+        return Composition(
+            policy=self.policy,
+            delegation=self.delegation,
+            sandbox=None if self.sandbox == _NO_SANDBOX else SandboxMode(self.sandbox),
+            scenario=Scenario.from_file(scenario_file),
+            store=None if self.store in (None, "", ":memory:") else resolve(self.store),
+            hooks=HookSettings.from_file(resolve(self.hooks)) if self.hooks else None,
+            permission_deadline=self.permission_deadline,
+            allow_always=self.allow_always,
+            max_steps=self.max_steps,
+            command_time_limit=self.command_time_limit,
+        )
+
+
+def _shown(value: object) -> str:
+    """A settings value as the user wrote it (TOML strings in double quotes)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def _choice(values: list[str]) -> Callable[[object, Any], str]:
+    expected = ", ".join(f'"{value}"' for value in values)
+
+    def structure(value: object, _type: Any) -> str:
+        if not isinstance(value, str) or value not in values:
+            raise StructureProblem(f"expected one of {expected}, got {_shown(value)}")
+        return value
+
+    return structure
+
+
+def _seconds(value: object, _type: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise StructureProblem(f"expected a finite number of seconds above 0, got {_shown(value)}")
+    return float(value)
+
+
+def _count(value: object, _type: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise StructureProblem(f"expected a whole number of at least 1, got {_shown(value)}")
+    return value
+
+
+def _path(value: object, _type: Any) -> str:
+    if isinstance(value, pathlib.PurePath):
+        return str(value)
+    if not isinstance(value, str):
+        raise StructureProblem(f"expected a path (a string), got {_shown(value)}")
+    return value
+
+
+def _boolean(value: object, _type: Any) -> bool:
+    if not isinstance(value, bool):
+        raise StructureProblem(f"expected true or false, got {_shown(value)}")
+    return value
+
+
+def _enum(kind: type[E]) -> Callable[[object, Any], E]:
+    check = _choice([str(member.value) for member in kind])
+
+    def structure(value: object, type_: Any) -> E:
+        return kind(check(value, type_))
+
+    return structure
+
+
+def _make_settings_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_structure_hook(Policy, _enum(Policy))
+    converter.register_structure_hook(Delegation, _enum(Delegation))
+    converter.register_structure_hook(
+        SandboxChoice, _choice([mode.value for mode in SandboxMode] + [_NO_SANDBOX])
+    )
+    converter.register_structure_hook(Seconds, _seconds)
+    converter.register_structure_hook(Count, _count)
+    converter.register_structure_hook(PathText, _path)
+    converter.register_structure_hook(bool, _boolean)
+    return converter
+
+
+_settings_converter = _make_settings_converter()

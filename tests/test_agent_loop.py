@@ -268,7 +268,8 @@ def test_toml_scenarios(tmp_path: pathlib.Path) -> None:
         ("{", r"^scenario '.*s\.json' is not valid json: "),
         (
             '{"name": "t", "steps": [{"txt": "hi"}]}',
-            r"^scenario '.*s\.json' is malformed: extra fields found \(txt\) @ \$\.steps\[0\]$",
+            r"^scenario '.*s\.json' is malformed: unexpected keys \(txt\): expected only text, "
+            r"toolCalls @ \$\.steps\[0\]$",
         ),
         (
             '{"steps": []}',

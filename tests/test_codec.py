@@ -158,12 +158,13 @@ def _has_null(value: object) -> bool:
         ),
         (
             '{"type":"approval/grant","data":{"toolName":"bash","tool":"x"}}',
-            r"^malformed 'approval/grant' event: extra fields found \(tool\) @ \$$",
+            r"^malformed 'approval/grant' event: unexpected keys \(tool\): expected only toolName "
+            r"@ \$$",
         ),
         (
             '{"type":"approval/decided","data":{"id":"x","outcome":"allowed"}}',
-            r"^malformed 'approval/decided' event: invalid value for type, expected Outcome "
-            r"@ \$\.outcome$",
+            r"^malformed 'approval/decided' event: expected one of allowed-once, rejected, "
+            r"cancelled, unavailable @ \$\.outcome$",
         ),
         (
             '{"type":"approval/asked","data":{"id":"x"}}',
@@ -177,7 +178,9 @@ def test_decode_errors_are_ours_and_clear(line: str, message: str) -> None:
 
 
 def test_snake_case_keys_are_refused() -> None:
-    with pytest.raises(EventDecodeError, match=re.escape("extra fields found (tool_name)")):
+    with pytest.raises(
+        EventDecodeError, match=re.escape("unexpected keys (tool_name): expected only toolName")
+    ):
         decode_event('{"type":"approval/grant","data":{"tool_name":"bash"}}')
 
 

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from .._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from .._events import AgentMessage, ToolCalled, ToolResulted, UserMessage
 from .._signal import is_aborted
-from ..tools._bash import BashTool, sandbox_context
+from ..tools._bash import SANDBOX_MODE, BashTool, sandbox_context
 from ._model import ContextEntry, Message, ModelRequest
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from .._signal import Signal
     from ..tools._call import ToolCall, ToolResult
     from ..tools._runtime import ToolRuntime
-    from ..tools._sandbox import SandboxMode
     from ._model import Model
 
 __all__ = ["AgentLoop", "LoopObserver", "StopReason", "TurnResult"]
@@ -84,7 +84,6 @@ class AgentLoop:
     max_steps: int = 32
     observer: LoopObserver = attrs.field(factory=LoopObserver)
     messages: list[Message] = attrs.field(factory=list, init=False)
-    _context_sandbox: SandboxMode | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         if self.max_steps < 1:
@@ -154,19 +153,15 @@ class AgentLoop:
     async def _assemble(self) -> ModelRequest:
         """This step's input: context entries that changed, then queued notices."""
         agent = self.session.agent
-        entries: list[ContextEntry] = []
-        delegation = self.broker.delegation_context_update(agent)
-        if delegation is not None:
-            entries.append(ContextEntry(key="approval:delegation", text=delegation))
-        policy = self.broker.approval_context_update(agent)
-        if policy is not None:
-            entries.append(ContextEntry(key="approval:policy", text=policy))
+        offers: list[tuple[str, str | None]] = [
+            (APPROVAL_DELEGATION, self.broker.delegation_context_update(agent)),
+            (APPROVAL_POLICY, self.broker.approval_context_update(agent)),
+        ]
         bash = self.runtime.tool("bash")
         if isinstance(bash, BashTool):
             mode = bash.mode_for(self.session)
-            if mode is not self._context_sandbox:
-                self._context_sandbox = mode
-                entries.append(ContextEntry(key="sandbox:mode", text=sandbox_context(mode)))
+            offers.append((SANDBOX_MODE, agent.context.offer(SANDBOX_MODE, sandbox_context(mode))))
+        entries = [ContextEntry(key=key, text=text) for key, text in offers if text is not None]
         for entry in entries:
             self.messages.append(Message(role="context", text=entry.text, source=entry.key))
         notices = agent.take_notices()

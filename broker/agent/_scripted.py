@@ -24,9 +24,9 @@ import tomllib
 from typing import Any
 
 import attrs
-import cattrs
 import trio
 
+from .._cattrs_errors import STRUCTURE_ERRORS, problems
 from .._codec import converter, register_wire_type
 from .._errors import BrokerError
 from ..tools._call import ToolCall
@@ -85,11 +85,8 @@ class Scenario:
         """Structure already-parsed data; :class:`ScenarioError` names the source and the path."""
         try:
             return converter.structure(data, cls)
-        except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-            if isinstance(exc, cattrs.BaseValidationError):
-                detail = "; ".join(cattrs.transform_error(exc))
-            else:
-                detail = str(exc)
+        except STRUCTURE_ERRORS as exc:
+            detail = "; ".join(problems(exc))
             raise ScenarioError(f"scenario {source!r} is malformed: {detail}") from exc
 
 

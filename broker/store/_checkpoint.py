@@ -20,11 +20,12 @@ import json
 from typing import Any
 
 import attrs
-import cattrs
 
 from .. import _projection
+from .._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, problems
 from .._codec import converter, register_wire_type
 from .._errors import BrokerError
+from .._json_names import json_type
 from .._projection import ApprovalState
 
 __all__ = ["PROJECTION_FINGERPRINT", "CheckpointDecodeError", "decode_state", "encode_state"]
@@ -55,8 +56,11 @@ def _unstructure_str_set(value: frozenset[str]) -> list[str]:
 
 
 def _structure_str_set(value: object, _tp: object) -> frozenset[str]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise TypeError(f"expected a JSON list of strings, got {type(value).__name__}")
+    if not isinstance(value, list):
+        raise StructureProblem(f"expected an array of strings, got {json_type(value)}")
+    for item in value:
+        if not isinstance(item, str):
+            raise StructureProblem(f"expected an array of strings, got a {json_type(item)} in it")
     return frozenset(value)
 
 
@@ -83,10 +87,5 @@ def decode_state(text: str) -> ApprovalState:
         raise CheckpointDecodeError(f"expected a JSON object, got {type(data).__name__}")
     try:
         return converter.structure(data, ApprovalState)
-    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        detail = (
-            "; ".join(cattrs.transform_error(exc))
-            if isinstance(exc, cattrs.BaseValidationError)
-            else str(exc)
-        )
-        raise CheckpointDecodeError(detail) from exc
+    except STRUCTURE_ERRORS as exc:
+        raise CheckpointDecodeError("; ".join(problems(exc))) from exc

@@ -1,7 +1,7 @@
 """What callers queue for the SQLite writer actor: one request type per kind of call.
 
-Each request is resolved exactly once by the actor (:meth:`Request.succeed` or
-:meth:`Request.fail`); its one waiting caller is rescheduled directly.
+Each request is a :class:`~broker.store._ticket.Ticket`: resolved exactly once by the actor
+(``succeed`` or ``fail``); its one waiting caller is rescheduled directly.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
 from ._protocol import StoreHead
+from ._ticket import Ticket
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -35,57 +35,13 @@ def wall_clock_ms() -> int:
 
 
 @attrs.define(eq=False, kw_only=True)
-class Request:
-    """One call queued for the writer; resolved exactly once by the actor.
+class Request(Ticket):
+    """One call queued for the writer, for *session_id*; a :class:`Ticket` the actor resolves.
 
-    Hot path: the one waiting task is parked and rescheduled directly (no :class:`trio.Event`,
-    whose set of waiters one caller does not need).
+    Cancellation of :meth:`wait`: the request stays queued and may still be carried out.
     """
 
     session_id: str
-    _done: bool = attrs.field(default=False, init=False)
-    _error: BaseException | None = attrs.field(default=None, init=False)
-    _waiter: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
-
-    @property
-    def done(self) -> bool:
-        """Resolved: :meth:`wait` will not block."""
-        return self._done
-
-    def fail(self, error: BaseException) -> None:
-        """Resolve with *error* (no-op if already resolved)."""
-        if not self._done:
-            self._error = error
-            self._resolve()
-
-    def succeed(self) -> None:
-        """Resolve successfully (no-op if already resolved)."""
-        if not self._done:
-            self._resolve()
-
-    def _resolve(self) -> None:
-        self._done = True
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            trio.lowlevel.reschedule(waiter)
-
-    def _abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
-        self._waiter = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    async def wait(self) -> None:
-        """Wait for the resolution (one waiter at a time); raise the error it carries.
-
-        Cancellation: the request stays queued and may still be carried out.
-        """
-        if self._done:
-            await trio.lowlevel.checkpoint()
-        else:
-            self._waiter = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._abort)
-        if self._error is not None:
-            raise self._error
 
 
 @attrs.define(eq=False, kw_only=True)

@@ -1,4 +1,8 @@
-"""The :class:`~broker.store._protocol.Durability` tickets the stores hand out."""
+"""The :class:`~broker.store._protocol.Durability` tickets the stores hand out.
+
+A ticket is resolved once and wakes its one waiter; the SQLite writer's queued requests
+(:mod:`broker.store._sqlite_requests`) are tickets too.
+"""
 
 from __future__ import annotations
 
@@ -52,7 +56,7 @@ class Ticket:
     async def wait(self) -> None:
         """Wait for the resolution (one waiter at a time); raise the error it carries.
 
-        Cancellation: just stops waiting; what was submitted may still be written.
+        Cancellation: just stops waiting; what was submitted (or queued) may still be done.
         """
         if self._done:
             await trio.lowlevel.checkpoint()

@@ -10,7 +10,7 @@ the next call is confined again.
 from __future__ import annotations
 
 import pathlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -32,9 +32,10 @@ from ._sandbox import (
 )
 
 if TYPE_CHECKING:
+    from .._agent import AgentSession
     from .._session import Session
 
-__all__ = ["BashTool", "sandbox_context"]
+__all__ = ["SANDBOX_MODE", "BashTool", "sandbox_context"]
 
 _CONTEXT = {
     SandboxMode.READ_ONLY: (
@@ -49,6 +50,10 @@ _CONTEXT = {
         'Shell commands run with "danger-full-access": there is no sandbox.'
     ),
 }
+
+
+#: The runtime-context key of :func:`sandbox_context`'s text.
+SANDBOX_MODE: Final = "sandbox:mode"
 
 
 def sandbox_context(mode: SandboxMode) -> str:
@@ -109,7 +114,7 @@ class BashTool:
             },
         )
 
-    def mode_for(self, session: Session | None) -> SandboxMode:
+    def mode_for(self, session: AgentSession | None) -> SandboxMode:
         """The session's current mode: its ``sandbox/mode`` override, else the default."""
         if not self.confining:
             return SandboxMode.DANGER_FULL_ACCESS
