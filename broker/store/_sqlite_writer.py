@@ -104,6 +104,8 @@ class _Job:
     staged: dict[str, SessionHead]
     done: trio.Event = attrs.field(factory=trio.Event, init=False)
     failed: bool = attrs.field(default=False, init=False)
+    # Handed to the thread (or found to have nothing to write): see SqliteWriter._write.
+    submitted: bool = attrs.field(default=False, init=False)
 
 
 class SessionExistsError(StoreError):
@@ -141,6 +143,8 @@ class SqliteWriter:
     _heads: dict[str, SessionHead] = attrs.field(factory=dict, init=False)
     # The group whose transaction is on the thread now (at most one), staged on top of _heads.
     _in_flight: _Job | None = attrs.field(default=None, init=False)
+    # The group staged on top of _in_flight, handed to the thread when that one commits.
+    _queued: _Job | None = attrs.field(default=None, init=False)
     _fault: sqlite3.Error | None = attrs.field(default=None, init=False)
     # How many requests the last completed group resolved (see _submit).
     _woken: int = attrs.field(default=0, init=False)
@@ -439,8 +443,11 @@ class SqliteWriter:
         )
 
     async def _write(self, writes: Sequence[Request]) -> None:
-        """Stage *writes* (on top of the group in flight, if any), wait until the thread is
-        free, then start their transaction without waiting for it."""
+        """Stage *writes* (on top of the group in flight, if any) and start their transaction
+        without waiting for it. If a group is in flight, the staged job is queued behind it
+        and the completion callback of that group hands it to the thread the moment it
+        committed (:meth:`_on_written`), so the thread never waits for the trio thread to come
+        round to it; this returns once the job is on the thread."""
         if self._broken is not None:
             for request in writes:
                 request.fail(self._broken_error())
@@ -450,13 +457,18 @@ class SqliteWriter:
         base = self._in_flight
         # Staged while *base* commits: this overlap is the point of the pipeline.
         job = self._stage(writes, now)
-        if base is not None:
-            await self._settle()
-            if base.failed or self._broken is not None:
-                job = self._restage(writes, now)
-        else:
+        if base is None:
             await trio.lowlevel.checkpoint()
-        self._submit(job)
+            self._submit(job)
+            return
+        self._queued = job
+        await base.done.wait()
+        if job.submitted:
+            return
+        # *base* failed (or the writer broke): stage again from what is committed.
+        self._queued = None
+        await self._settle()
+        self._submit(self._restage(writes, now))
 
     def _restage(self, writes: Sequence[Request], now: int) -> _Job:
         if self._broken is not None:
@@ -466,6 +478,7 @@ class SqliteWriter:
         return self._stage(writes, now)
 
     def _submit(self, job: _Job) -> None:
+        job.submitted = True
         for request, error in job.rejected:
             request.fail(error)
         if not job.accepted:
@@ -484,14 +497,20 @@ class SqliteWriter:
     def _on_written(self, job: _Job, result: outcome.Outcome[None]) -> None:
         """The thread finished *job*'s transaction (runs on the trio thread; must not raise)."""
         self._in_flight = None
-        job.done.set()
         self._woken = len(job.accepted)
         if not isinstance(result, outcome.Error):
             self._heads.update(job.staged)
             self.transactions += 1
+            queued, self._queued = self._queued, None
+            if queued is not None:
+                # Staged on top of *job*, which is now committed: write it at once, before the
+                # callers woken below run (they would keep the thread idle meanwhile).
+                self._submit(queued)
+            job.done.set()
             for request in job.accepted:
                 request.succeed()
             return
+        job.done.set()
         self.failed_transactions += 1
         exc = result.error
         # A group staged on top of this one must be staged again from the committed heads.

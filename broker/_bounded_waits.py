@@ -1,0 +1,152 @@
+"""Shielded waits for durability, bounded by one timer task for the whole host.
+
+Synopsis (what the broker does)::
+
+    waits = BoundedWaits(grace=5.0)
+    await root_nursery.start(waits.run)          # the timer: one task for every session
+    ...
+    if not await waits.wait(ticket):             # in any task: cancellation cannot stop it
+        raise AuditAppendError("... not durable within settle_grace ...")
+
+Once a question is decided, the task waiting for its ``approval/decided`` to become durable must
+not be stopped by its caller's cancellation (a decision made is a decision recorded), and must
+not wait forever on a store that never answers. A ``trio.CancelScope(shield=True,
+deadline=...)`` per wait does both, but entering one costs more than the rest of an in-memory
+question, and each deadline lands in trio's deadline heap. Here a waiting task parks with an
+abort function that refuses cancellation (so a cancellation is delivered at its next
+checkpoint, after the wait), is woken by the ticket's done-callback, and is bounded by the
+timer task, which sleeps until the oldest wait's deadline and wakes whoever is still waiting
+then. Every wait has the same bound, so deadlines arrive in order: an insertion-ordered map
+holds exactly the waits outstanding, oldest first, each added and removed in O(1).
+
+When the timer is not running (not started yet, or its nursery was cancelled), a wait falls back
+to one shielded cancel scope with the same deadline; waits parked when the timer stops move to
+that fallback, keeping their deadline.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import TYPE_CHECKING
+
+import attrs
+import outcome
+import trio
+
+if TYPE_CHECKING:
+    from .store._protocol import Durability
+
+__all__ = ["BoundedWaits"]
+
+
+@attrs.define(eq=False, slots=True)
+class _Wait:
+    """One parked task; woken once, with True (resolved), False (overdue) or None (the timer
+    stopped: wait again without it)."""
+
+    task: trio.lowlevel.Task
+    deadline: float
+    parked: bool = True
+
+    def wake(self, verdict: bool | None) -> None:
+        if self.parked:
+            self.parked = False
+            trio.lowlevel.reschedule(self.task, outcome.Value(verdict))
+
+
+def _refuse_cancellation(_raise_cancel: object) -> trio.lowlevel.Abort:
+    # The wait is shielded: a cancellation (or KeyboardInterrupt) stays pending and is
+    # delivered at the task's next checkpoint, once the wait is over.
+    return trio.lowlevel.Abort.FAILED
+
+
+@attrs.define(eq=False)
+class BoundedWaits:
+    """Waits that cancellation cannot interrupt, each bounded by *grace* seconds.
+
+    Owns the timer task (:meth:`run`, started by its host in the host's nursery) and the map of
+    outstanding waits. Teardown: when the timer's task ends, every parked wait is woken to wait
+    on in a shielded cancel scope of its own, until its own deadline.
+    """
+
+    grace: float
+    # Outstanding waits, oldest (earliest deadline) first; a wait leaves it when woken.
+    _waits: collections.OrderedDict[_Wait, None] = attrs.field(
+        factory=collections.OrderedDict, init=False
+    )
+    _idle: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
+    _running: bool = attrs.field(default=False, init=False)
+
+    @property
+    def outstanding(self) -> int:
+        """How many waits are parked with the timer."""
+        return len(self._waits)
+
+    async def wait(self, ticket: Durability) -> bool:
+        """Wait until *ticket* is resolved (durable or failed): True; or, *grace* seconds on
+        while it is not, False. The caller reads ``ticket.error``.
+
+        Cancellation: cannot interrupt it — a cancellation arriving meanwhile is delivered at
+        the caller's next checkpoint. Always a schedule point.
+        """
+        if ticket.done:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return True
+        deadline = trio.current_time() + self.grace
+        if self._running:
+            entry = _Wait(trio.lowlevel.current_task(), deadline)
+            self._waits[entry] = None
+            if len(self._waits) == 1:
+                self._idle.unpark()
+            ticket.add_done_callback(functools.partial(self._resolved, entry))
+            verdict: bool | None = await trio.lowlevel.wait_task_rescheduled(_refuse_cancellation)
+            if verdict is not None:
+                return verdict
+        # No timer: one shielded scope with the same deadline.
+        with trio.CancelScope(shield=True, deadline=deadline):
+            await _until_resolved(ticket)
+        return ticket.done
+
+    def _resolved(self, entry: _Wait) -> None:
+        if entry.parked:
+            del self._waits[entry]
+            entry.wake(True)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The timer: ``await nursery.start(waits.run)``. Sleeps until the oldest wait's
+        deadline and wakes it as overdue if it is still parked.
+
+        Cancellation: ends the timer; the waits parked then go on without it (each in a
+        shielded scope with its own deadline), and later waits start that way.
+        """
+        waits = self._waits
+        self._running = True
+        try:
+            task_status.started()
+            while True:
+                if not waits:
+                    await self._idle.park()
+                    continue
+                oldest = next(iter(waits))
+                if trio.current_time() < oldest.deadline:
+                    # Waits added meanwhile are due later; one resolved meanwhile is found gone.
+                    await trio.sleep_until(oldest.deadline)
+                    continue
+                del waits[oldest]
+                oldest.wake(False)
+        finally:
+            self._running = False
+            while waits:
+                entry, _ = waits.popitem(last=False)
+                entry.wake(None)
+
+
+async def _until_resolved(ticket: Durability) -> None:
+    """Wait for *ticket* through a done-callback (its error is the caller's to read)."""
+    if ticket.done:
+        await trio.lowlevel.checkpoint()
+        return
+    event = trio.Event()
+    ticket.add_done_callback(event.set)
+    await event.wait()
