@@ -13,7 +13,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # flake8-async: the library must checkpoint in every async function (ASYNC910/911/912, house
 # rule 3). Tests and benches are exempt from those and from ASYNC124 (async without await):
 # their answerer stubs deliberately answer without yielding, a case the broker must handle.
-STARTABLE   := serve_answerer,serve_broker,serve_acp,start_answerer,run_actor,session_task,actor
+STARTABLE   := serve_answerer,serve_broker,serve_acp,start_answerer,run_actor,run_timer,session_task,actor
 ASYNC_LIB   := --disable=ASYNC124 --startable-in-context-manager=$(STARTABLE)
 ASYNC_TESTS := --disable=ASYNC124,ASYNC910,ASYNC911,ASYNC912 \
   --startable-in-context-manager=$(STARTABLE)

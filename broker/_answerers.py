@@ -130,17 +130,21 @@ def insert_handle(registry: list[AnswererHandle], handle: AnswererHandle) -> Non
     bisect.insort(registry, handle, key=_order)
 
 
-async def run_waterfall(
+def run_waterfall(
     req: ApprovalRequest, chain: Sequence[AnswererHandle], flight: Flight
-) -> Outcome:
+) -> Awaitable[Outcome]:
     """Consult *chain* in order; the first answer wins, the end of the chain is ``unavailable``.
 
     The shared waterfall (:func:`broker._waterfall.run_chain`): ``next()`` may be awaited more
     than once, the rest of the chain is consulted only the first time. Cancellation: propagates
     (the request's cancel scope decides what it means).
     """
-    return await run_chain(
+    return run_chain(
         chain,
         lambda handle, next_: handle.invoke(req, next_, flight),
-        lambda: Outcome.UNAVAILABLE,
+        _unavailable,
     )
+
+
+def _unavailable() -> Outcome:
+    return Outcome.UNAVAILABLE

@@ -3,7 +3,7 @@
 Synopsis (what the broker does)::
 
     waits = BoundedWaits(grace=5.0)
-    await root_nursery.start(waits.run)          # the timer: one task for every session
+    await root_nursery.start(waits.run_timer)          # the timer: one task for every session
     ...
     if not await waits.wait(ticket):             # in any task: cancellation cannot stop it
         raise AuditAppendError("... not durable within settle_grace ...")
@@ -65,9 +65,9 @@ def _refuse_cancellation(_raise_cancel: object) -> trio.lowlevel.Abort:
 class BoundedWaits:
     """Waits that cancellation cannot interrupt, each bounded by *grace* seconds.
 
-    Owns the timer task (:meth:`run`, started by its host in the host's nursery) and the map of
-    outstanding waits. Teardown: when the timer's task ends, every parked wait is woken to wait
-    on in a shielded cancel scope of its own, until its own deadline.
+    Owns the timer task (:meth:`run_timer`, started by its host in the host's nursery) and the
+    map of outstanding waits. Teardown: when the timer's task ends, every parked wait is woken
+    to wait on in a shielded cancel scope of its own, until its own deadline.
     """
 
     grace: float
@@ -113,8 +113,10 @@ class BoundedWaits:
             del self._waits[entry]
             entry.wake(True)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The timer: ``await nursery.start(waits.run)``. Sleeps until the oldest wait's
+    async def run_timer(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The timer: ``await nursery.start(waits.run_timer)``. Sleeps until the oldest wait's
         deadline and wakes it as overdue if it is still parked.
 
         Cancellation: ends the timer; the waits parked then go on without it (each in a
@@ -135,6 +137,7 @@ class BoundedWaits:
                     continue
                 del waits[oldest]
                 oldest.wake(False)
+                await trio.lowlevel.checkpoint()
         finally:
             self._running = False
             while waits:

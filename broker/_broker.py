@@ -16,6 +16,7 @@ import trio
 
 from ._agent import Agent, AgentSession
 from ._answerers import AnswererHandle, AnswerFn, insert_handle
+from ._bounded_waits import BoundedWaits
 from ._collapse import collapse_single
 from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from ._decision import Decision
@@ -30,7 +31,7 @@ from .store._protocol import SessionOwnedError, StoreError
 from .store._sqlite import open_sqlite_store
 
 if TYPE_CHECKING:
-    from .store._protocol import EventStore
+    from .store._protocol import Durability, EventStore
 
 __all__ = ["Broker", "open_broker", "serve_broker"]
 
@@ -93,6 +94,11 @@ class Broker:
     _closing: bool = attrs.field(default=False, init=False)
     # Ids being resumed (between the open check and registration).
     _resuming: set[str] = attrs.field(factory=set, init=False)
+    # The bounded shielded waits of every session; its timer runs in the root nursery.
+    _waits: BoundedWaits = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._waits = BoundedWaits(grace=self.settle_grace)
 
     def __repr__(self) -> str:
         return f"<Broker policy={self.policy} sessions={len(self._sessions)}>"
@@ -265,6 +271,11 @@ class Broker:
     def _unregister(self, session: Session) -> None:
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
+
+    async def wait_shielded(self, ticket: Durability) -> bool:
+        """Host interface: :meth:`BoundedWaits.wait` with ``settle_grace`` as the bound.
+        Cancellation: cannot interrupt it (delivered at the caller's next checkpoint)."""
+        return await self._waits.wait(ticket)
 
     def forget(self, session_id: str) -> None:
         """Host interface: the session *session_id* ended; drop it from the registry (sync)."""
@@ -541,6 +552,7 @@ async def _run_broker(
             the_store = store
         async with trio.open_nursery() as nursery:
             broker = Broker(nursery, the_store, default, mode, grace)
+            await nursery.start(broker._waits.run_timer)
             try:
                 yield broker
             finally:

@@ -2,8 +2,9 @@
 
 A :class:`Session` owns its questions (the request algorithm of spec section 3 is
 :meth:`Session.ask`), its log order and its projection. It reaches its host only through this
-narrow, typed interface: the store to append to, the deployment settings, the unscoped
-answerers, registering a scoped answerer, and being forgotten when it ends. :class:`Broker`
+narrow, typed interface: the store to append to, the deployment settings, a bounded shielded
+wait for durability, the unscoped answerers, registering a scoped answerer, and being forgotten
+when it ends. :class:`Broker`
 implements it; the session module never imports the broker module, so the core has no import
 cycle (imports go downward: broker → session → host, answerers, values).
 """
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ._agent import Agent
     from ._answerers import AnswererHandle, AnswerFn
     from ._vocabulary import Delegation, Policy
-    from .store._protocol import EventStore
+    from .store._protocol import Durability, EventStore
 
 __all__ = ["SessionHost"]
 
@@ -45,6 +46,11 @@ class SessionHost(Protocol):
     @property
     def settle_grace(self) -> float:
         """The bound, in seconds, of every teardown wait."""
+        ...
+
+    async def wait_shielded(self, ticket: Durability) -> bool:
+        """Wait until *ticket* is resolved (True) or ``settle_grace`` passed (False), whatever
+        the caller's cancellation (delivered at its next checkpoint)."""
         ...
 
     @property

@@ -75,7 +75,8 @@ Builder = Callable[[ApprovalState], Event | None]
 
 
 class _Submitted(NamedTuple):
-    """An event handed to the store, and the ticket that says when it is durable."""
+    """One submission handed to the store (its first event names it in errors), and the ticket
+    that says when all of it is durable."""
 
     event: Event
     ticket: Durability
@@ -403,67 +404,80 @@ class Session:
         return await self._durable(submitted, schedule=schedule, shielded=shielded)
 
     # Checkpoints only when it waits or fails: the caller awaits durability next.
-    async def _submit(self, build: Builder, *, internal: bool, shielded: bool) -> _Submitted | None:
-        """The first half of :meth:`_append`: admission, readiness, :meth:`_sequence`."""
+    async def _submit(self, *builds: Builder, internal: bool, shielded: bool) -> _Submitted | None:
+        """The first half of :meth:`_append`: :meth:`_ready`, then :meth:`_sequence`."""
+        await self._ready(internal, shielded)
+        return await self._sequence_now(*builds)  # noqa: ASYNC910 (see above)
+
+    async def _ready(self, internal: bool, shielded: bool) -> None:  # noqa: ASYNC910
+        """Admission, the caller's cancellation (unless *shielded*), room in the store and a
+        fresh head: what must hold before sequencing. Checkpoints only when it waits."""
         self._check_admitted(internal)
         if not shielded:
             await trio.lowlevel.checkpoint_if_cancelled()
         if self._stale or self._host.store.congested:
             await self._make_ready(shielded)
             self._check_admitted(internal)
+
+    async def _sequence_now(self, *builds: Builder) -> _Submitted | None:
+        """:meth:`_sequence`; a refusal leaves through a schedule point (house rule 3). The
+        caller awaits durability next, which checkpoints."""
         try:
-            return self._sequence(build)  # noqa: ASYNC910 (the caller awaits durability next)
+            return self._sequence(*builds)  # noqa: ASYNC910 (see the docstring)
         except Exception:
             await trio.lowlevel.cancel_shielded_checkpoint()
             raise
 
-    def _sequence(self, build: Builder) -> _Submitted | None:
-        """Build, check, fold and hand one event to the store, without an await: the log's
-        order is the order of these calls. None when *build* returned None. Raises the build's
-        precondition, :class:`AuditInvariantError`, or :class:`AuditAppendError` when the store
-        refused the submission."""
-        state = self._state
-        event = build(state)
-        if event is None:
+    def _sequence(self, *builds: Builder) -> _Submitted | None:
+        """Build, check and fold events and hand them to the store as ONE submission, without
+        an await: the log's order is the order of these calls. Each builder sees the projection
+        after the events built before it; a builder returning None adds nothing. None when no
+        event was built. Raises a build's precondition, :class:`AuditInvariantError`, or
+        :class:`AuditAppendError` when the store refused the submission (then nothing of it
+        was sequenced)."""
+        before = state = self._state
+        events: list[Event] = []
+        for build in builds:
+            event = build(state)
+            if event is None:
+                continue
+            broken = check(state, event)
+            if broken is not None:
+                # Invariant: nothing that breaks an audit rule is ever handed to the store.
+                rule, detail = broken
+                raise AuditInvariantError(
+                    f"session {self.id} refused {event.TYPE}: rule {rule}: {detail}"
+                )
+            state = fold(state, event)
+            events.append(event)
+        if not events:
             return None
-        broken = check(state, event)
-        if broken is not None:
-            # Invariant: nothing that breaks an audit rule is ever handed to the store.
-            rule, detail = broken
-            raise AuditInvariantError(
-                f"session {self.id} refused {event.TYPE}: rule {rule}: {detail}"
-            )
-        after = fold(state, event)
         generation = self._generation
         try:
-            ticket = self._host.store.submit(self.id, state.events, (event,), after)
+            ticket = self._host.store.submit(self.id, before.events, events, state)
         except Exception as exc:
             self._failed(generation, exc)
-            raise self._append_error(event, exc) from exc
-        self._state = after
-        return _Submitted(event, ticket, generation)
+            raise self._append_error(events[0], exc) from exc
+        self._state = state
+        return _Submitted(events[0], ticket, generation)
 
     async def _durable(self, submitted: _Submitted, *, schedule: bool, shielded: bool) -> Event:
-        """Wait until a sequenced event is durable (see :meth:`_append`)."""
+        """Wait until a sequenced submission is durable (see :meth:`_append`)."""
         event, ticket, generation = submitted
-        if ticket.done:
-            error = getattr(ticket, "error", None)
-            if error is None:
-                if schedule or shielded:
-                    # A schedule point that cannot lose the acknowledged result.
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                return event  # noqa: ASYNC910 (schedule=False: the caller yields later)
+        if ticket.done and ticket.error is None:
+            if schedule or shielded:
+                # A schedule point that cannot lose the acknowledged result.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            return event  # noqa: ASYNC910 (schedule=False: the caller yields later)
         try:
             if shielded:
-                # One scope, shielded and bounded (two nested scopes cost twice as much).
-                deadline = trio.current_time() + self._host.settle_grace
-                with trio.CancelScope(shield=True, deadline=deadline) as bound:
-                    await ticket.wait()
-                if bound.cancelled_caught:
+                if not await self._host.wait_shielded(ticket):
                     raise AuditAppendError(
                         f"could not append to session {self.id} within settle_grace "
                         f"({self._host.settle_grace:g}s); the question is left for recovery"
                     )
+                if ticket.error is not None:
+                    raise ticket.error
             else:
                 await ticket.wait()
         except StoreError as exc:
@@ -596,9 +610,15 @@ class Session:
         flight = self._admit(request_id)
         try:
             try:
-                pipelined = await self._ask_decided_now(put, req, flight, request_id)
-                if pipelined is not None:
-                    return pipelined
+                await self._ready(internal=False, shielded=False)
+                # Steps 3.1-3.3 need no await: decided here, with nothing between them and
+                # sequencing asked (which changes neither the policy nor the grants they read).
+                decided_now = self._decide_now(req, flight)
+                if decided_now is not None:
+                    return await self._put_decided(put, request_id, *decided_now)
+                asked_submission = await self._sequence_now(put)
+                assert asked_submission is not None  # put always builds
+                await self._durable(asked_submission, schedule=False, shielded=False)
                 outcome, remembered, by_policy = await self._decide(req, flight)
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
@@ -630,47 +650,26 @@ class Session:
         finally:
             self._settle(request_id)
 
-    async def _ask_decided_now(
-        self, put: Builder, req: ApprovalRequest, flight: Flight, request_id: str
-    ) -> Decision | None:
-        """Append ``asked``; if steps 3.1–3.3 decide without an answerer, also append its
-        ``decided`` and return the decision, else return None once ``asked`` is durable.
-
-        When they decide, ``decided`` is sequenced right behind ``asked``, before either is
-        durable, and both are awaited together (shielded, bounded by ``settle_grace``): the
-        decision was made before any await, so no cancellation can come "before the decision",
-        and one durability wait serves both events. The store keeps them in order and fails
-        ``decided`` whenever ``asked`` fails, so the log never holds a decision without its
-        question. Cancellation: before ``asked`` is sequenced nothing is appended; while
-        ``asked`` alone is awaited the caller's cancellation propagates (see :meth:`ask`).
+    async def _put_decided(
+        self, put: Builder, request_id: str, outcome: Outcome, remembered: bool, by_policy: bool
+    ) -> Decision:
+        """Append ``asked`` and the ``decided`` that steps 3.1–3.3 made, as ONE submission (one
+        transaction: both land or neither), and wait once, shielded and bounded by
+        ``settle_grace``: the decision was made before any await, so no cancellation can come
+        "before the decision", and the log never holds one of the pair without the other. If
+        the submission fails, the request raises the error, as for a failed ``asked``.
+        Cancellation: cannot interrupt the wait; it is delivered at the caller's next
+        checkpoint, after the decision is durable.
         """
-        store = self._host.store
-        asked = await self._submit(put, internal=False, shielded=False)
-        assert asked is not None  # put always builds
-        # Steps 3.1-3.3 need no await.
-        decided_now = self._decide_now(req, flight)
-        if decided_now is None or asked.ticket.done or store.congested:
-            await self._durable(asked, schedule=False, shielded=False)
-            if decided_now is None:
-                return None
-            pipelined = None
-        else:
-            pipelined = asked
-        outcome, remembered, by_policy = decided_now
         decided = ApprovalDecided(
             id=request_id,
             outcome=outcome,
             remembered=remembered,
             policy=Policy.NEVER if by_policy else None,
         )
-        if pipelined is None:
-            await self._append(lambda _state: decided, internal=True, shielded=True)
-        else:
-            # Not congested, not stale (asked was just taken): sequenced without an await.
-            submitted = await self._submit(lambda _state: decided, internal=True, shielded=True)
-            assert submitted is not None
-            await self._durable(pipelined, schedule=False, shielded=True)
-            await self._durable(submitted, schedule=False, shielded=True)
+        submitted = await self._sequence_now(put, lambda _state: decided)
+        assert submitted is not None  # put always builds
+        await self._durable(submitted, schedule=True, shielded=True)
         return Decision(id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy)
 
     def _decide_now(

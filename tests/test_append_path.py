@@ -198,8 +198,9 @@ async def test_sqlite_checkpoints_the_state_it_was_handed_without_folding(tmp_pa
 
 
 async def test_a_question_decided_without_an_answerer_is_sequenced_with_its_decision() -> None:
-    """Steps 3.1-3.3 decide before any await: ``decided`` is handed to the store right behind
-    ``asked``, and the request waits for both at once (one durability wait, not two)."""
+    """Steps 3.1-3.3 decide before any await: ``decided`` is handed to the store with
+    ``asked``, in one submission, and the request waits for both at once (one durability wait,
+    not two)."""
     store = HeldStore()
     async with open_broker(store=store, policy="never") as broker:
         session = await broker.start_session()
@@ -215,11 +216,9 @@ async def test_a_question_decided_without_an_answerer_is_sequenced_with_its_deci
             nursery.start_soon(ask)
             await _settle(store, 1)  # turn/start
             store.ack_all()
-            await _settle(store, 2)  # asked AND decided, neither durable yet
-            assert [type(e).__name__ for _s, _q, (e,), _st, _t in store.held] == [
-                "ApprovalAsked",
-                "ApprovalDecided",
-            ]
+            await _settle(store, 1)  # asked AND decided, one submission, not durable yet
+            [(_s, _q, events, _st, _t)] = store.held
+            assert [type(e).__name__ for e in events] == ["ApprovalAsked", "ApprovalDecided"]
             assert decisions == []  # nothing returns before both are durable
             store.ack_all()
             await _settle(store, 1)  # turn/end
@@ -244,7 +243,7 @@ async def test_a_pipelined_decision_whose_question_failed_fails_with_it() -> Non
             nursery.start_soon(ask)
             await _settle(store, 1)
             store.ack_all()
-            await _settle(store, 2)
+            await _settle(store, 1)
             store.fail_all(StoreError("disk full"))  # asked fails: decided goes with it
             await _settle(store, 1)  # the turn still ends, after a resync
             store.ack_all()
@@ -273,9 +272,9 @@ async def test_a_caller_cancelled_during_a_pipelined_wait_still_gets_the_decisio
             nursery.start_soon(ask)
             await _settle(store, 1)  # turn/start
             store.ack_all()
-            await _settle(store, 2)  # asked and decided
+            await _settle(store, 1)  # asked and decided, one submission
             cancel.cancel()
-            await _settle(store, 2)  # the cancellation did not end the wait
+            await _settle(store, 1)  # the cancellation did not end the wait
             assert got == []
             store.ack_all()
             while True:  # whatever the turn's end appends

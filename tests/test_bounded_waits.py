@@ -19,7 +19,7 @@ async def test_a_wait_returns_true_once_the_ticket_resolves() -> None:
     ticket = Ticket()
     verdicts: list[bool] = []
     async with trio.open_nursery() as nursery:
-        await nursery.start(waits.run)
+        await nursery.start(waits.run_timer)
 
         async def wait() -> None:
             verdicts.append(await waits.wait(ticket))
@@ -39,7 +39,7 @@ async def test_a_failed_ticket_also_ends_the_wait_and_its_error_is_the_callers()
     waits = BoundedWaits(grace=5.0)
     ticket = Ticket()
     async with trio.open_nursery() as nursery:
-        await nursery.start(waits.run)
+        await nursery.start(waits.run_timer)
         nursery.start_soon(_fail_soon, ticket)
         assert await waits.wait(ticket) is True
         assert isinstance(ticket.error, OSError)
@@ -58,7 +58,7 @@ async def test_cancellation_cannot_interrupt_a_wait_and_arrives_at_the_next_chec
     ticket = Ticket()
     seen: list[object] = []
     async with trio.open_nursery() as nursery:
-        await nursery.start(waits.run)
+        await nursery.start(waits.run_timer)
         caller = trio.CancelScope()
 
         async def wait() -> None:
@@ -85,7 +85,7 @@ async def test_a_ticket_that_never_resolves_is_overdue_after_the_grace(
 ) -> None:
     waits = BoundedWaits(grace=5.0)
     async with trio.open_nursery() as nursery:
-        await nursery.start(waits.run)
+        await nursery.start(waits.run_timer)
         start = trio.current_time()
         assert await waits.wait(Ticket()) is False
         assert trio.current_time() - start == 5.0
@@ -98,7 +98,7 @@ async def test_each_wait_has_its_own_deadline(autojump_clock: trio.testing.MockC
     ended: list[tuple[str, float]] = []
     late = Ticket()
     async with trio.open_nursery() as outer:
-        await outer.start(waits.run)
+        await outer.start(waits.run_timer)
         start = trio.current_time()
 
         async def wait(name: str, ticket: Ticket) -> None:
@@ -145,7 +145,7 @@ async def test_waits_parked_when_the_timer_stops_keep_their_deadline(
 
         async def run_timer() -> None:
             with timer:
-                await waits.run()
+                await waits.run_timer()
 
         outer.start_soon(run_timer)
         await _quiet()

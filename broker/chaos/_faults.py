@@ -27,8 +27,10 @@ class FaultyStore(ForwardingStore):
     ticket fails and nothing of it reaches the inner store.
 
     Every event id of a failed batch is remembered (``failed_ids``): a batch may carry other
-    questions' events too, and those are failed with it. ``on_decided`` sees each decision
-    that was made durable.
+    questions' events too, and those are failed with it. ``orphaning`` counts the planned
+    ``decided`` failures whose ``asked`` had landed before (a question decided without an
+    answerer submits both in one batch, which then fails whole and leaves nothing to recover).
+    ``on_decided`` sees each decision that was made durable.
     """
 
     fail_asked: set[str] = attrs.field(factory=set)
@@ -37,6 +39,7 @@ class FaultyStore(ForwardingStore):
     call_of: dict[str, str] = attrs.field(factory=dict, init=False)
     failed_ids: set[str] = attrs.field(factory=set, init=False)
     injected: int = attrs.field(default=0, init=False)
+    orphaning: int = attrs.field(default=0, init=False)
 
     def _check(self, events: Sequence[Event]) -> None:
         fail = False
@@ -51,6 +54,8 @@ class FaultyStore(ForwardingStore):
                 if call is not None and call in self.fail_decided:
                     self.fail_decided.discard(call)
                     fail = True
+                    if not any(isinstance(e, ApprovalAsked) and e.id == event.id for e in events):
+                        self.orphaning += 1
         if fail:
             self.injected += 1
             for event in events:
@@ -94,15 +99,29 @@ class _Watched:
     inner: Durability
     landed: Callable[[], None]
 
+    def __attrs_post_init__(self) -> None:
+        self.inner.add_done_callback(self._report)
+
     @property
     def done(self) -> bool:
         return self.inner.done
 
+    @property
+    def error(self) -> BaseException | None:
+        return self.inner.error
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        """Called once resolved; the events are reported before."""
+        self.inner.add_done_callback(fn)
+
+    def _report(self) -> None:
+        if self.inner.error is None:
+            landed, self.landed = self.landed, _nothing
+            landed()
+
     async def wait(self) -> None:
-        """As the inner ticket. Cancellation: just stops waiting (then nothing is reported)."""
+        """As the inner ticket. Cancellation: just stops waiting."""
         await self.inner.wait()
-        landed, self.landed = self.landed, _nothing
-        landed()
 
 
 def _nothing() -> None:

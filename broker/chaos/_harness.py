@@ -314,6 +314,7 @@ async def _run(config: ChaosConfig) -> ChaosReport:
     )
     never_reached(run.invocations, never, run.violations)
     run.faults["injected-store-failure"] = store.injected
+    run.faults["injected-store-decided-alone"] = store.orphaning
     lags = []
     for call, at in run.abort_pass.items():
         landed = run.decided_pass.get(call)

@@ -32,7 +32,8 @@ class MemoryStore:
 
     _logs: dict[str, list[Event]] = attrs.field(factory=dict, init=False)
     _parents: dict[str, str | None] = attrs.field(factory=dict, init=False)
-    _heads: dict[str, StoreHead] = attrs.field(factory=dict, init=False)
+    # The projection after each session's last event (its seq is the length of its log).
+    _states: dict[str, ApprovalState] = attrs.field(factory=dict, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     fail_appends: str | None = None
 
@@ -65,7 +66,7 @@ class MemoryStore:
                 f"seq {len(log)}: re-read the head (store.head) before sequencing again"
             )
         log.extend(events)
-        self._heads[session_id] = StoreHead(seq=len(log), state=state)
+        self._states[session_id] = state
         return DURABLE
 
     @property
@@ -84,12 +85,13 @@ class MemoryStore:
 
     def head_nowait(self, session_id: str) -> StoreHead:
         """Synchronous twin of :meth:`head`."""
-        head = self._heads.get(session_id)
-        if head is None:
-            head = StoreHead()
-            for event in self._logs.get(session_id, ()):
-                head = StoreHead(seq=head.seq + 1, state=fold(head.state, event))
-        return head
+        log = self._logs.get(session_id, ())
+        state = self._states.get(session_id)
+        if state is None:
+            state = ApprovalState()
+            for event in log:
+                state = fold(state, event)
+        return StoreHead(seq=len(log), state=state)
 
     async def release(self, session_id: str) -> None:
         """Nothing to release in one process. Cancellation: safe."""

@@ -14,7 +14,7 @@ its events are durable, in order, after everything submitted earlier for that se
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -75,6 +75,17 @@ class Durability(Protocol):
     @property
     def done(self) -> bool:
         """Resolved (durable or failed): :meth:`wait` will not block."""
+        ...
+
+    @property
+    def error(self) -> BaseException | None:
+        """Once resolved: None when the events are durable, else why they are not."""
+        ...
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once resolved (at once if it already is): synchronously, on the trio
+        thread, in the order callbacks were added. *fn* must not raise. This is how a waiter
+        that cancellation must not interrupt waits (see :mod:`broker._bounded_waits`)."""
         ...
 
     async def wait(self) -> None:

@@ -6,6 +6,9 @@ A ticket is resolved once and wakes its one waiter; the SQLite writer's queued r
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import attrs
 import trio
 
@@ -14,12 +17,14 @@ __all__ = ["DURABLE", "Ticket"]
 
 @attrs.define(eq=False, slots=True)
 class Ticket:
-    """Resolved exactly once (:meth:`succeed` or :meth:`fail`); its one waiter is rescheduled
-    directly (no :class:`trio.Event`, whose set of waiters one caller does not need)."""
+    """Resolved exactly once (:meth:`succeed` or :meth:`fail`); then its one waiter is
+    rescheduled directly (no :class:`trio.Event`, whose set of waiters one caller does not
+    need) and its done-callbacks run."""
 
     _done: bool = False
     _error: BaseException | None = None
     _waiter: trio.lowlevel.Task | None = None
+    _callback: Callable[[], None] | None = None
 
     @property
     def done(self) -> bool:
@@ -42,12 +47,25 @@ class Ticket:
         if not self._done:
             self._resolve()
 
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once resolved (at once if it is): synchronously, on the trio thread,
+        in the order added. *fn* must not raise."""
+        if self._done:
+            fn()
+            return
+        previous = self._callback
+        self._callback = fn if previous is None else functools.partial(_both, previous, fn)
+
     def _resolve(self) -> None:
         self._done = True
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
             trio.lowlevel.reschedule(waiter)
+        callback = self._callback
+        if callback is not None:
+            self._callback = None
+            callback()
 
     def _abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
         self._waiter = None
@@ -65,6 +83,11 @@ class Ticket:
             await trio.lowlevel.wait_task_rescheduled(self._abort)
         if self._error is not None:
             raise self._error
+
+
+def _both(first: Callable[[], None], second: Callable[[], None]) -> None:
+    first()
+    second()
 
 
 DURABLE = Ticket(done=True)
