@@ -27,7 +27,6 @@ that fallback, keeping their deadline.
 from __future__ import annotations
 
 import collections
-import functools
 from typing import TYPE_CHECKING
 
 import attrs
@@ -40,19 +39,33 @@ if TYPE_CHECKING:
 __all__ = ["BoundedWaits"]
 
 
-@attrs.define(eq=False, slots=True)
 class _Wait:
-    """One parked task; woken once, with True (resolved), False (overdue) or None (the timer
-    stopped: wait again without it)."""
+    """One parked task, in its host's map of outstanding waits until woken — once, with True
+    (resolved), False (overdue) or None (the timer stopped: wait on without it)."""
 
-    task: trio.lowlevel.Task
-    deadline: float
-    parked: bool = True
+    __slots__ = ("deadline", "task", "waits")
+
+    def __init__(
+        self,
+        task: trio.lowlevel.Task,
+        deadline: float,
+        waits: collections.OrderedDict[_Wait, None],
+    ) -> None:
+        self.task = task
+        self.deadline = deadline
+        self.waits: collections.OrderedDict[_Wait, None] | None = waits
+        waits[self] = None
 
     def wake(self, verdict: bool | None) -> None:
-        if self.parked:
-            self.parked = False
+        waits = self.waits
+        if waits is not None:
+            self.waits = None
+            del waits[self]
             trio.lowlevel.reschedule(self.task, outcome.Value(verdict))
+
+    def resolved(self) -> None:
+        """The ticket's done-callback."""
+        self.wake(True)
 
 
 def _refuse_cancellation(_raise_cancel: object) -> trio.lowlevel.Abort:
@@ -95,11 +108,11 @@ class BoundedWaits:
             return True
         deadline = trio.current_time() + self.grace
         if self._running:
-            entry = _Wait(trio.lowlevel.current_task(), deadline)
-            self._waits[entry] = None
-            if len(self._waits) == 1:
+            waits = self._waits
+            entry = _Wait(trio.lowlevel.current_task(), deadline, waits)
+            if len(waits) == 1:
                 self._idle.unpark()
-            ticket.add_done_callback(functools.partial(self._resolved, entry))
+            ticket.add_done_callback(entry.resolved)
             verdict: bool | None = await trio.lowlevel.wait_task_rescheduled(_refuse_cancellation)
             if verdict is not None:
                 return verdict
@@ -107,11 +120,6 @@ class BoundedWaits:
         with trio.CancelScope(shield=True, deadline=deadline):
             await _until_resolved(ticket)
         return ticket.done
-
-    def _resolved(self, entry: _Wait) -> None:
-        if entry.parked:
-            del self._waits[entry]
-            entry.wake(True)
 
     async def run_timer(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -135,14 +143,12 @@ class BoundedWaits:
                     # Waits added meanwhile are due later; one resolved meanwhile is found gone.
                     await trio.sleep_until(oldest.deadline)
                     continue
-                del waits[oldest]
                 oldest.wake(False)
                 await trio.lowlevel.checkpoint()
         finally:
             self._running = False
             while waits:
-                entry, _ = waits.popitem(last=False)
-                entry.wake(None)
+                next(iter(waits)).wake(None)
 
 
 async def _until_resolved(ticket: Durability) -> None:

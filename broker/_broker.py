@@ -31,7 +31,7 @@ from .store._protocol import SessionOwnedError, StoreError
 from .store._sqlite import open_sqlite_store
 
 if TYPE_CHECKING:
-    from .store._protocol import Durability, EventStore
+    from .store._protocol import EventStore
 
 __all__ = ["Broker", "open_broker", "serve_broker"]
 
@@ -272,10 +272,10 @@ class Broker:
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
 
-    async def wait_shielded(self, ticket: Durability) -> bool:
-        """Host interface: :meth:`BoundedWaits.wait` with ``settle_grace`` as the bound.
-        Cancellation: cannot interrupt it (delivered at the caller's next checkpoint)."""
-        return await self._waits.wait(ticket)
+    @property
+    def shielded_waits(self) -> BoundedWaits:
+        """Host interface: the bounded shielded waits (``settle_grace``) of every session."""
+        return self._waits
 
     def forget(self, session_id: str) -> None:
         """Host interface: the session *session_id* ended; drop it from the registry (sync)."""
@@ -385,19 +385,22 @@ class Broker:
         The same as :meth:`request_decision`, returning only the outcome. Cancellation: as
         :meth:`request_decision`.
         """
-        decision = await self.request_decision(req)
+        decision = await self._asked_session(req).ask(req)
         return decision.outcome
 
     async def request_decision(self, req: ApprovalRequest) -> Decision:
         """Check that ``req.agent`` is an agent of this broker's open sessions, then ask its
         session: :meth:`Session.ask` (the algorithm, its errors and its cancellation
         semantics)."""
+        return await self._asked_session(req).ask(req)
+
+    def _asked_session(self, req: object) -> Session:
         if not isinstance(req, ApprovalRequest):
             raise TypeError(
                 f"req must be an ApprovalRequest, got {type(req).__name__}: "
                 "build one with ApprovalRequest(agent=..., tool_name=...)"
             )
-        return await self._check_agent(req.agent, "req.agent").ask(req)
+        return self._check_agent(req.agent, "req.agent")
 
     # -- policy (spec 5) ------------------------------------------------------------------
 

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
     from ._agent import Agent
     from ._answerers import AnswererHandle, AnswerFn
+    from ._bounded_waits import BoundedWaits
     from ._vocabulary import Delegation, Policy
-    from .store._protocol import Durability, EventStore
+    from .store._protocol import EventStore
 
 __all__ = ["SessionHost"]
 
@@ -48,9 +49,10 @@ class SessionHost(Protocol):
         """The bound, in seconds, of every teardown wait."""
         ...
 
-    async def wait_shielded(self, ticket: Durability) -> bool:
-        """Wait until *ticket* is resolved (True) or ``settle_grace`` passed (False), whatever
-        the caller's cancellation (delivered at its next checkpoint)."""
+    @property
+    def shielded_waits(self) -> BoundedWaits:
+        """Waits for durability that the caller's cancellation cannot interrupt, each bounded
+        by ``settle_grace`` (:meth:`BoundedWaits.wait`)."""
         ...
 
     @property

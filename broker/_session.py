@@ -471,7 +471,7 @@ class Session:
             return event  # noqa: ASYNC910 (schedule=False: the caller yields later)
         try:
             if shielded:
-                if not await self._host.wait_shielded(ticket):
+                if not await self._host.shielded_waits.wait(ticket):
                     raise AuditAppendError(
                         f"could not append to session {self.id} within settle_grace "
                         f"({self._host.settle_grace:g}s); the question is left for recovery"

@@ -14,14 +14,19 @@ from __future__ import annotations
 import hashlib
 import struct
 
-__all__ = ["GENESIS", "HASH_SIZE", "chain_hash"]
+__all__ = ["GENESIS", "HASH_SIZE", "chain_hash", "chain_hash_after", "chain_prefix"]
 
 HASH_SIZE = 32
 GENESIS = bytes(HASH_SIZE)
 _DOMAIN = b"broker-event-chain-v1\x00"
 _U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
+_SEQ_TS = struct.Struct(">Qq")  # seq (u64), ts_ms (i64)
+
+
+def chain_prefix(session_id: str) -> bytes:
+    """The bytes every row hash of *session_id* starts with (see :func:`chain_hash`)."""
+    sid = session_id.encode()
+    return _DOMAIN + _U32.pack(len(sid)) + sid
 
 
 def chain_hash(session_id: str, seq: int, ts_ms: int, line: str, prev_hash: bytes) -> bytes:
@@ -30,21 +35,15 @@ def chain_hash(session_id: str, seq: int, ts_ms: int, line: str, prev_hash: byte
     The hashed bytes: a domain tag, then len-prefixed (u32) session id, seq (u64), ts_ms (i64),
     len-prefixed line, prev_hash — all big-endian, strings UTF-8.
     """
+    return chain_hash_after(chain_prefix(session_id), seq, ts_ms, line, prev_hash)
+
+
+def chain_hash_after(prefix: bytes, seq: int, ts_ms: int, line: str, prev_hash: bytes) -> bytes:
+    """:func:`chain_hash` with the session's :func:`chain_prefix` already made (the writer
+    keeps one per session: this runs for every row)."""
     if len(prev_hash) != HASH_SIZE:
         raise ValueError(f"prev_hash must be {HASH_SIZE} bytes, got {len(prev_hash)}")
-    sid = session_id.encode()
     text = line.encode()
     return hashlib.sha256(
-        b"".join(
-            (
-                _DOMAIN,
-                _U32.pack(len(sid)),
-                sid,
-                _U64.pack(seq),
-                _I64.pack(ts_ms),
-                _U32.pack(len(text)),
-                text,
-                prev_hash,
-            )
-        )
+        b"".join((prefix, _SEQ_TS.pack(seq, ts_ms), _U32.pack(len(text)), text, prev_hash))
     ).digest()

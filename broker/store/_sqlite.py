@@ -61,13 +61,15 @@ _DECODABLE: set[type[Event]] = set()
 
 def _encode_all(events: Sequence[Event]) -> tuple[tuple[Event, ...], tuple[str, ...]]:
     """Encode *events*; refuse a class the codec cannot decode again (it would damage the log)."""
-    frozen = tuple(events)
-    lines = tuple([encode_event(event) for event in frozen])
-    for event, line in zip(frozen, lines, strict=True):
+    frozen = events if type(events) is tuple else tuple(events)
+    lines = []
+    for event in frozen:
+        line = encode_event(event)
         cls = type(event)
         if cls not in _DECODABLE:
             _check_decodable(cls, line)
-    return frozen, lines
+        lines.append(line)
+    return frozen, tuple(lines)
 
 
 def _check_decodable(cls: type[Event], line: str) -> None:

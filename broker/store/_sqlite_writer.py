@@ -48,7 +48,7 @@ import trio
 
 from .._codec import EventDecodeError, decode_event, encode_event
 from .._projection import ApprovalState, fold
-from ._chain import GENESIS, chain_hash
+from ._chain import GENESIS, chain_hash_after, chain_prefix
 from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
 from ._protocol import StoreError, StoreHead
 from ._recovery import RecoveredSession, RecoveryReport, recovery_events
@@ -141,6 +141,8 @@ class SqliteWriter:
     _conn: sqlite3.Connection | None = attrs.field(default=None, init=False)
     # Invariant: _heads reflects exactly what is committed; only the actor task changes it.
     _heads: dict[str, SessionHead] = attrs.field(factory=dict, init=False)
+    # Each session's chain_prefix, made once (every row's hash starts with it).
+    _prefixes: dict[str, bytes] = attrs.field(factory=dict, init=False)
     # The group whose transaction is on the thread now (at most one), staged on top of _heads.
     _in_flight: _Job | None = attrs.field(default=None, init=False)
     # The group staged on top of _in_flight, handed to the thread when that one commits.
@@ -365,6 +367,7 @@ class SqliteWriter:
         rejected: list[tuple[Request, StoreError]] = []
         in_flight = {} if self._in_flight is None else self._in_flight.staged
         committed = self._heads
+        prefixes = self._prefixes
         add_row = rows.append
         for request in writes:
             session_id = request.session_id
@@ -398,9 +401,12 @@ class SqliteWriter:
                     # refused, so the session re-reads its head before sequencing again.
                     rejected.append((request, self._out_of_sequence(session_id, request, seq)))
                     continue
+                prefix = prefixes.get(session_id)
+                if prefix is None:
+                    prefix = prefixes[session_id] = chain_prefix(session_id)
                 for line in request.lines:
                     seq += 1
-                    digest = chain_hash(session_id, seq, now, line, prev)
+                    digest = chain_hash_after(prefix, seq, now, line, prev)
                     add_row((session_id, seq, now, line, prev, digest))
                     prev = digest
                 if given is None:  # a convenience append: the one place the writer folds
