@@ -493,7 +493,7 @@ class SqliteWriter:
         plan = job.plan if fault is None else attrs.evolve(job.plan, fault=fault)
         self._in_flight = job
         self._thread.submit(
-            functools.partial(self._write_job, plan),
+            functools.partial(self._write_job, plan, self._statement_parameters(plan)),
             functools.partial(self._on_written, job),
             # Only when the last commit woke a crowd of callers: running them would keep the GIL
             # from the worker. For a few, handing off only adds thread wake-ups.
@@ -557,19 +557,24 @@ class SqliteWriter:
             raise _ConnectionLost(f"the connection to '{self.path}' was closed after an error")
         return self._conn
 
-    def _write_job(self, plan: Plan) -> None:
+    def _statement_parameters(self, plan: Plan) -> tuple[object, ...] | None:
+        """The parameters of the one-statement write of *plan*, or None to write it statement
+        by statement. Made on the trio thread: the worker then holds the GIL only briefly before
+        SQLite releases it, so handing it a job costs the trio thread no more than a wake-up."""
+        if self._one_statement and plan.nul_free and len(plan.rows) >= _ONE_STATEMENT_MIN_ROWS:
+            return group_parameters(plan)
+        return None
+
+    def _write_job(self, plan: Plan, parameters: tuple[object, ...] | None) -> None:
         conn = self._require_conn()
-        one_statement = (
-            self._one_statement and plan.nul_free and len(plan.rows) >= _ONE_STATEMENT_MIN_ROWS
-        )
-        if one_statement and plan.fault is None:
+        if parameters is not None and plan.fault is None:
             # Autocommit: the statement is the transaction; SQLite rolls it back if it fails.
-            conn.execute(GROUP_SQL, group_parameters(plan))
+            conn.execute(GROUP_SQL, parameters)
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if one_statement:
-                conn.execute(GROUP_SQL, group_parameters(plan))
+            if parameters is not None:
+                conn.execute(GROUP_SQL, parameters)
             else:
                 self._write_statements(conn, plan)
             if plan.fault is not None:
@@ -770,7 +775,9 @@ class SqliteWriter:
             nul_free=nul_free(due, []),
         )
         try:
-            await self._thread.run(functools.partial(self._write_job, plan))
+            await self._thread.run(
+                functools.partial(self._write_job, plan, self._statement_parameters(plan))
+            )
         except (sqlite3.Error, StoreError):
             # Checkpoints are a cache of the log; the next open folds a longer tail instead.
             await trio.lowlevel.checkpoint()
