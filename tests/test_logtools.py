@@ -40,7 +40,7 @@ from broker.store._logtools import (
 )
 from broker.store._sqlite import open_sqlite_store
 from broker.store._sqlite_schema import StoreOpenError
-from broker.store._sqlite_writer import SessionExistsError
+from broker.store._sqlite_stage import SessionExistsError
 
 COMPLETED = TurnEndReason(kind="completed")
 GOOD: list[Event] = [

@@ -42,7 +42,7 @@ from broker.store._protocol import StoreError, StoreHead
 from broker.store._sqlite import open_sqlite_store
 from broker.store._sqlite_reader import open_sqlite_reader
 from broker.store._sqlite_schema import StoreLockedError, StoreOpenError
-from broker.store._sqlite_writer import SessionExistsError
+from broker.store._sqlite_stage import SessionExistsError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -9,11 +9,13 @@ Synopsis (what :func:`broker.store.open_sqlite_store` does)::
     writer.close_inbox(); await writer.wait_closed()
 
 Group commit: the actor takes one request from its bounded inbox, then everything else already
-queued (up to ``inbox_size``), stages all of it on the trio thread (sequence numbers, hash
-chain, projection, checkpoints) and hands it to its worker thread as ONE transaction. It does
-not wait for that transaction: it goes on receiving and staging the next group on top of it
-(pipelining), and submits that group as soon as the thread is free. Requests that arrive while
-a transaction is being written therefore join the next one. When the thread is idle and at
+queued (up to ``inbox_size``), stages all of it on the trio thread (:mod:`._sqlite_stage`:
+sequence numbers, hash chain, heads, checkpoints) and hands it to its worker thread as ONE
+transaction (:mod:`._sqlite_jobs`). It does not wait for that transaction: it goes on
+receiving and staging the next group on top of it (pipelining) and queues that group behind it;
+the completion callback of the group in flight hands the queued one to the thread the moment
+the first committed, before the callers it wakes run. Requests that arrive while a transaction
+is being written therefore join the next one. When the thread is idle and at
 least ``2 * _SPLIT_MIN`` requests wait, the actor commits half of them first, so that staging
 the other half overlaps that commit. Each request is resolved only after its group's COMMIT
 returned — with ``synchronous=FULL`` that is after fsync — by the completion callback on the
@@ -21,9 +23,9 @@ trio thread. If a group fails, a group staged on top of it is staged again from 
 committed, before it is written.
 
 The worker writes a group as ONE SQL statement (an INSERT into a connection-local view whose
-trigger reads the group from JSON arrays), so SQLite holds no GIL from the start of the group
-to its COMMIT and the trio thread stages the next group in parallel; it hands each job over
-with a brief GIL-released wait (:meth:`WorkerThread.submit`, ``handoff``). An SQLite without
+trigger reads the group from JSON arrays, made on the trio thread), so SQLite holds no GIL from
+the start of the group to its COMMIT and the trio thread stages the next group in parallel; it
+hands each job over with a brief GIL-released wait (:meth:`WorkerThread.submit`, ``handoff``). An SQLite without
 JSON functions, or a group with a NUL in a session id, is written statement by statement.
 
 Containment: an ``sqlite3.Error`` in a group (a full disk, an I/O error) rolls the group back,
@@ -46,45 +48,31 @@ import attrs
 import outcome
 import trio
 
-from .._codec import EventDecodeError, decode_event, encode_event
-from .._projection import ApprovalState, fold
-from ._chain import GENESIS, chain_hash_after, chain_prefix
+from .._codec import encode_event
+from .._projection import ApprovalState
 from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
 from ._protocol import StoreError, StoreHead
 from ._recovery import RecoveredSession, RecoveryReport, recovery_events
-from ._sqlite_group import (
-    AUTO_CREATE_SQL,
-    CHECKPOINT_SQL,
-    CREATE_SQL,
-    EMPTY_PLAN,
-    GROUP_SQL,
-    HEAD_SQL,
-    INSERT_SQL,
-    Plan,
-    group_parameters,
-    install_group_write,
-    nul_free,
-)
-from ._sqlite_load import SessionHead, load_heads, load_session, pending_in_log_order
+from ._sqlite_group import Plan, group_parameters, install_group_write, nul_free
+from ._sqlite_jobs import ConnectionLost, read_sessions, reread_heads, write_group
+from ._sqlite_load import load_heads, pending_in_log_order
 from ._sqlite_requests import (
     AppendRequest,
-    CreateRequest,
     HeadRequest,
-    ImportRequest,
     ReadRequest,
     Request,
     wall_clock_ms,
 )
 from ._sqlite_schema import StoreOpenError, Synchronous, check_writer_path, connect_writer
+from ._sqlite_stage import Job, empty_job, stage_group
 from ._worker_thread import WorkerThread
 from ._writer_lock import WriterLock
 
 if TYPE_CHECKING:
-    from .._events import Event
+    from ._sqlite_load import SessionHead
 
-__all__ = ["SessionExistsError", "SqliteWriter"]
+__all__ = ["SqliteWriter"]
 
-_EMPTY_HEAD = SessionHead(seq=0, hash=GENESIS, state=ApprovalState(), checkpoint_seq=0)
 # Split a crowd of at least twice this many waiting requests over two transactions.
 _SPLIT_MIN = 64
 # Write a group as one statement from this many rows on: the trigger costs ~40 us more per
@@ -92,28 +80,6 @@ _SPLIT_MIN = 64
 _ONE_STATEMENT_MIN_ROWS = 16
 # Hand a job over to the worker (WorkerThread.submit) when the last group woke this many callers.
 _HANDOFF_MIN = 8
-
-
-@attrs.define(eq=False, kw_only=True)
-class _Job:
-    """One group's transaction: what it writes, whom it answers, the heads it will commit."""
-
-    plan: Plan
-    accepted: list[Request]
-    rejected: list[tuple[Request, StoreError]]
-    staged: dict[str, SessionHead]
-    done: trio.Event = attrs.field(factory=trio.Event, init=False)
-    failed: bool = attrs.field(default=False, init=False)
-    # Handed to the thread (or found to have nothing to write): see SqliteWriter._write.
-    submitted: bool = attrs.field(default=False, init=False)
-
-
-class SessionExistsError(StoreError):
-    """An import named a session that already exists; nothing was stored."""
-
-
-class _ConnectionLost(StoreError):
-    """The connection could not be rolled back and was closed; the writer is broken."""
 
 
 @attrs.define(eq=False)
@@ -144,9 +110,9 @@ class SqliteWriter:
     # Each session's chain_prefix, made once (every row's hash starts with it).
     _prefixes: dict[str, bytes] = attrs.field(factory=dict, init=False)
     # The group whose transaction is on the thread now (at most one), staged on top of _heads.
-    _in_flight: _Job | None = attrs.field(default=None, init=False)
+    _in_flight: Job | None = attrs.field(default=None, init=False)
     # The group staged on top of _in_flight, handed to the thread when that one commits.
-    _queued: _Job | None = attrs.field(default=None, init=False)
+    _queued: Job | None = attrs.field(default=None, init=False)
     _fault: sqlite3.Error | None = attrs.field(default=None, init=False)
     # How many requests the last completed group resolved (see _submit).
     _woken: int = attrs.field(default=0, init=False)
@@ -348,104 +314,16 @@ class SqliteWriter:
 
     # ----------------------------------------------------------------- writing a group
 
-    def _base(self, session_id: str) -> SessionHead | None:
-        """A session's head as the next group builds on it: in flight, else committed."""
-        if self._in_flight is not None:
-            head = self._in_flight.staged.get(session_id)
-            if head is not None:
-                return head
-        return self._heads.get(session_id)
-
-    def _stage(self, writes: Sequence[Request], now: int) -> _Job:
-        """Sequence numbers, hash chain, projection and checkpoints for one group (hot path)."""
-        staged: dict[str, SessionHead] = {}
-        bases: dict[str, SessionHead | None] = {}
-        creates: list[tuple[str, str | None, int, bytes]] = []
-        auto_creates: list[tuple[str, None, int, bytes]] = []
-        rows: list[tuple[str, int, int, str, bytes, bytes]] = []
-        accepted: list[Request] = []
-        rejected: list[tuple[Request, StoreError]] = []
-        in_flight = {} if self._in_flight is None else self._in_flight.staged
-        committed = self._heads
-        prefixes = self._prefixes
-        add_row = rows.append
-        for request in writes:
-            session_id = request.session_id
-            head = staged.get(session_id)
-            if head is None:
-                if session_id in bases:
-                    head = bases[session_id]
-                else:
-                    head = in_flight.get(session_id) or committed.get(session_id)
-                    bases[session_id] = head
-            kind = type(request)
-            if kind is not AppendRequest:
-                if kind is ImportRequest and head is not None:
-                    error = SessionExistsError(
-                        f"session {session_id!r} already exists in store file '{self.path}': "
-                        "import into a new session id"
-                    )
-                    rejected.append((request, error))
-                    continue
-                if isinstance(request, CreateRequest | ImportRequest):
-                    creates.append((session_id, request.parent_id, now, GENESIS))
-                    head = head or _EMPTY_HEAD
-            if head is None:
-                auto_creates.append((session_id, None, now, GENESIS))
-                head = _EMPTY_HEAD
-            if isinstance(request, AppendRequest):
-                seq, prev = head.seq, head.hash
-                given = request.state
-                if given is not None and request.seq != seq:
-                    # Sequenced on top of events that did not land (an earlier group failed):
-                    # refused, so the session re-reads its head before sequencing again.
-                    rejected.append((request, self._out_of_sequence(session_id, request, seq)))
-                    continue
-                prefix = prefixes.get(session_id)
-                if prefix is None:
-                    prefix = prefixes[session_id] = chain_prefix(session_id)
-                for line in request.lines:
-                    seq += 1
-                    digest = chain_hash_after(prefix, seq, now, line, prev)
-                    add_row((session_id, seq, now, line, prev, digest))
-                    prev = digest
-                if given is None:  # a convenience append: the one place the writer folds
-                    given = head.state
-                    for event in request.events:
-                        given = fold(given, event)
-                head = SessionHead(
-                    seq=seq, hash=prev, state=given, checkpoint_seq=head.checkpoint_seq
-                )
-            staged[session_id] = head
-            accepted.append(request)
-        heads: list[tuple[int, bytes, str]] = []
-        checkpoints: list[tuple[str, int, str, str]] = []
-        every = self.checkpoint_every
-        for session_id, head in staged.items():
-            before = bases[session_id]
-            if head.seq != (0 if before is None else before.seq):
-                heads.append((head.seq, head.hash, session_id))
-            if every and head.seq - head.checkpoint_seq >= every:
-                state_json = encode_state(head.state)
-                checkpoints.append((session_id, head.seq, state_json, PROJECTION_FINGERPRINT))
-                staged[session_id] = attrs.evolve(head, checkpoint_seq=head.seq)
-        plan = Plan(
-            creates=creates,
-            auto_creates=auto_creates,
-            rows=rows,
-            heads=heads,
-            checkpoints=checkpoints,
-            fault=None,
-            nul_free=nul_free(staged, [parent for _, parent, _, _ in creates if parent]),
-            ts_ms=now,
-        )
-        return _Job(plan=plan, accepted=accepted, rejected=rejected, staged=staged)
-
-    def _out_of_sequence(self, session_id: str, request: AppendRequest, seq: int) -> StoreError:
-        return StoreError(
-            f"session {session_id!r} submitted events after seq {request.seq}, but its log in "
-            f"'{self.path}' ends at seq {seq} (an earlier write failed): re-read the head "
-            "(store.head) before sequencing again"
+    def _stage(self, writes: Sequence[Request], now: int) -> Job:
+        """Stage *writes* on top of the group in flight, if any (hot path)."""
+        return stage_group(
+            writes,
+            now=now,
+            committed=self._heads,
+            in_flight={} if self._in_flight is None else self._in_flight.staged,
+            prefixes=self._prefixes,
+            checkpoint_every=self.checkpoint_every,
+            path=self.path,
         )
 
     async def _write(self, writes: Sequence[Request]) -> None:
@@ -476,14 +354,14 @@ class SqliteWriter:
         await self._settle()
         self._submit(self._restage(writes, now))
 
-    def _restage(self, writes: Sequence[Request], now: int) -> _Job:
+    def _restage(self, writes: Sequence[Request], now: int) -> Job:
         if self._broken is not None:
             for request in writes:
                 request.fail(self._broken_error())
-            return _Job(plan=EMPTY_PLAN, accepted=[], rejected=[], staged={})
+            return empty_job()
         return self._stage(writes, now)
 
-    def _submit(self, job: _Job) -> None:
+    def _submit(self, job: Job) -> None:
         job.submitted = True
         for request, error in job.rejected:
             request.fail(error)
@@ -500,7 +378,7 @@ class SqliteWriter:
             handoff=self._woken >= _HANDOFF_MIN,
         )
 
-    def _on_written(self, job: _Job, result: outcome.Outcome[None]) -> None:
+    def _on_written(self, job: Job, result: outcome.Outcome[None]) -> None:
         """The thread finished *job*'s transaction (runs on the trio thread; must not raise)."""
         self._in_flight = None
         self._woken = len(job.accepted)
@@ -521,7 +399,7 @@ class SqliteWriter:
         exc = result.error
         # A group staged on top of this one must be staged again from the committed heads.
         job.failed = True
-        if isinstance(exc, _ConnectionLost):
+        if isinstance(exc, ConnectionLost):
             self._broken = str(exc)
         for request in job.accepted:
             if isinstance(exc, sqlite3.Error):
@@ -554,7 +432,7 @@ class SqliteWriter:
 
     def _require_conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise _ConnectionLost(f"the connection to '{self.path}' was closed after an error")
+            raise ConnectionLost(f"the connection to '{self.path}' was closed after an error")
         return self._conn
 
     def _statement_parameters(self, plan: Plan) -> tuple[object, ...] | None:
@@ -567,53 +445,19 @@ class SqliteWriter:
 
     def _write_job(self, plan: Plan, parameters: tuple[object, ...] | None) -> None:
         conn = self._require_conn()
-        if parameters is not None and plan.fault is None:
-            # Autocommit: the statement is the transaction; SQLite rolls it back if it fails.
-            conn.execute(GROUP_SQL, parameters)
-            return
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            if parameters is not None:
-                conn.execute(GROUP_SQL, parameters)
-            else:
-                self._write_statements(conn, plan)
-            if plan.fault is not None:
-                raise plan.fault
-            conn.execute("COMMIT")
-        except BaseException:
-            self._rollback(conn)
+            write_group(conn, plan, parameters)
+        except ConnectionLost:
+            self._conn = None  # write_group closed it
             raise
-
-    @staticmethod
-    def _write_statements(conn: sqlite3.Connection, plan: Plan) -> None:
-        """The group statement by statement (an SQLite without JSON functions, or NUL in an id)."""
-        if plan.creates:
-            conn.executemany(CREATE_SQL, plan.creates)
-        if plan.auto_creates:
-            conn.executemany(AUTO_CREATE_SQL, plan.auto_creates)
-        if plan.rows:
-            conn.executemany(INSERT_SQL, plan.rows)
-        if plan.heads:
-            conn.executemany(HEAD_SQL, plan.heads)
-        if plan.checkpoints:
-            conn.executemany(CHECKPOINT_SQL, plan.checkpoints)
-
-    def _rollback(self, conn: sqlite3.Connection) -> None:
-        # SQLite rolls back by itself after some errors (SQLITE_FULL at COMMIT, for one).
-        if not conn.in_transaction:
-            return
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error as exc:
-            self._conn = None
-            conn.close()
-            raise _ConnectionLost(f"rollback failed: {exc}") from exc
 
     async def _resync(self, session_ids: list[str]) -> None:
         """After a failed group, re-read the touched heads: a COMMIT that raised may have landed."""
         try:
             known = {session_id: self._heads.get(session_id) for session_id in session_ids}
-            fresh = await self._thread.run(functools.partial(self._resync_job, known))
+            fresh = await self._thread.run(
+                lambda: reread_heads(self._require_conn(), self.path, known)
+            )
         except (sqlite3.Error, StoreError) as exc:
             self._broken = f"re-reading the store after a failed write failed: {exc}"
             await trio.lowlevel.checkpoint()
@@ -625,42 +469,14 @@ class SqliteWriter:
             else:
                 self._heads[session_id] = head
 
-    def _resync_job(self, known_heads: dict[str, SessionHead | None]) -> dict[str, SessionHead]:
-        conn = self._require_conn()
-        fresh: dict[str, SessionHead] = {}
-        conn.execute("BEGIN")
-        try:
-            for session_id, known in known_heads.items():
-                row = conn.execute(
-                    "SELECT head_seq, head_hash FROM sessions WHERE id = ?", (session_id,)
-                ).fetchone()
-                if row is None:
-                    continue
-                if known is not None and (known.seq, known.hash) == (row[0], row[1]):
-                    fresh[session_id] = known
-                    continue
-                checkpoint = conn.execute(
-                    "SELECT seq, state FROM checkpoints WHERE session_id = ? AND projection = ?",
-                    (session_id, PROJECTION_FINGERPRINT),
-                ).fetchone()
-                fresh[session_id] = load_session(
-                    conn,
-                    self.path,
-                    session_id,
-                    row[0],
-                    row[1],
-                    None if checkpoint is None else (checkpoint[0], checkpoint[1]),
-                )
-        finally:
-            conn.execute("COMMIT")
-        return fresh
-
     # ----------------------------------------------------------------- reading
 
     async def _read(self, reads: Sequence[ReadRequest]) -> None:
         session_ids = [request.session_id for request in reads]
         try:
-            results = await self._thread.run(functools.partial(self._read_job, session_ids))
+            results = await self._thread.run(
+                lambda: read_sessions(self._require_conn(), self.path, session_ids)
+            )
         except (sqlite3.Error, StoreError) as exc:
             for request in reads:
                 request.fail(StoreError(f"read from store file '{self.path}' failed: {exc}"))
@@ -672,29 +488,6 @@ class SqliteWriter:
             else:
                 request.events = result
                 request.succeed()
-
-    def _read_job(self, session_ids: list[str]) -> list[list[Event] | StoreError]:
-        conn = self._require_conn()
-        results: list[list[Event] | StoreError] = []
-        for session_id in session_ids:
-            events: list[Event] = []
-            rows = conn.execute(
-                "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
-            )
-            try:
-                for seq, line in rows:
-                    try:
-                        events.append(decode_event(line))
-                    except EventDecodeError as exc:
-                        raise StoreError(
-                            f"store file '{self.path}' is damaged: session {session_id!r} seq "
-                            f"{seq} is not a valid event ({exc}); run 'broker log verify'"
-                        ) from exc
-            except StoreError as exc:
-                results.append(exc)
-                continue
-            results.append(events)
-        return results
 
     # ----------------------------------------------------------------- open, recover, close
 

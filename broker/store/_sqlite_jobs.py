@@ -1,0 +1,143 @@
+"""The blocking jobs a SQLite writer runs on its worker thread, against its one connection.
+
+Each function takes the connection and runs on the writer's thread only (a ``sqlite3``
+connection stays on the thread that made it); the writer actor
+(:mod:`broker.store._sqlite_writer`) decides when, and what their results mean.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+from .._codec import EventDecodeError, decode_event
+from ._checkpoint import PROJECTION_FINGERPRINT
+from ._protocol import StoreError
+from ._sqlite_group import (
+    AUTO_CREATE_SQL,
+    CHECKPOINT_SQL,
+    CREATE_SQL,
+    GROUP_SQL,
+    HEAD_SQL,
+    INSERT_SQL,
+    Plan,
+)
+from ._sqlite_load import SessionHead, load_session
+
+if TYPE_CHECKING:
+    from .._events import Event
+
+__all__ = ["ConnectionLost", "read_sessions", "reread_heads", "write_group"]
+
+
+class ConnectionLost(StoreError):
+    """The connection could not be rolled back and was closed; the writer is broken."""
+
+
+def write_group(
+    conn: sqlite3.Connection, plan: Plan, parameters: tuple[object, ...] | None
+) -> None:
+    """Write *plan* as ONE transaction: as the one statement of *parameters* when given
+    (:func:`broker.store._sqlite_group.group_parameters`), else statement by statement. Any
+    error rolls it back; a failed rollback closes *conn* and raises :class:`ConnectionLost`."""
+    if parameters is not None and plan.fault is None:
+        # Autocommit: the statement is the transaction; SQLite rolls it back if it fails.
+        conn.execute(GROUP_SQL, parameters)
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if parameters is not None:
+            conn.execute(GROUP_SQL, parameters)
+        else:
+            _write_statements(conn, plan)
+        if plan.fault is not None:
+            raise plan.fault
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)
+        raise
+
+
+def _write_statements(conn: sqlite3.Connection, plan: Plan) -> None:
+    """The group statement by statement (an SQLite without JSON functions, or NUL in an id)."""
+    if plan.creates:
+        conn.executemany(CREATE_SQL, plan.creates)
+    if plan.auto_creates:
+        conn.executemany(AUTO_CREATE_SQL, plan.auto_creates)
+    if plan.rows:
+        conn.executemany(INSERT_SQL, plan.rows)
+    if plan.heads:
+        conn.executemany(HEAD_SQL, plan.heads)
+    if plan.checkpoints:
+        conn.executemany(CHECKPOINT_SQL, plan.checkpoints)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    # SQLite rolls back by itself after some errors (SQLITE_FULL at COMMIT, for one).
+    if not conn.in_transaction:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise ConnectionLost(f"rollback failed: {exc}") from exc
+
+
+def reread_heads(
+    conn: sqlite3.Connection, path: str, known_heads: dict[str, SessionHead | None]
+) -> dict[str, SessionHead]:
+    """The committed heads of the sessions in *known_heads* (after a failed write: a COMMIT
+    that raised may still have landed); a known head that still matches is kept as is."""
+    fresh: dict[str, SessionHead] = {}
+    conn.execute("BEGIN")
+    try:
+        for session_id, known in known_heads.items():
+            row = conn.execute(
+                "SELECT head_seq, head_hash FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                continue
+            if known is not None and (known.seq, known.hash) == (row[0], row[1]):
+                fresh[session_id] = known
+                continue
+            checkpoint = conn.execute(
+                "SELECT seq, state FROM checkpoints WHERE session_id = ? AND projection = ?",
+                (session_id, PROJECTION_FINGERPRINT),
+            ).fetchone()
+            fresh[session_id] = load_session(
+                conn,
+                path,
+                session_id,
+                row[0],
+                row[1],
+                None if checkpoint is None else (checkpoint[0], checkpoint[1]),
+            )
+    finally:
+        conn.execute("COMMIT")
+    return fresh
+
+
+def read_sessions(
+    conn: sqlite3.Connection, path: str, session_ids: list[str]
+) -> list[list[Event] | StoreError]:
+    """Each session's events in order, or the :class:`StoreError` of a damaged line."""
+    results: list[list[Event] | StoreError] = []
+    for session_id in session_ids:
+        events: list[Event] = []
+        rows = conn.execute(
+            "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
+        )
+        try:
+            for seq, line in rows:
+                try:
+                    events.append(decode_event(line))
+                except EventDecodeError as exc:
+                    raise StoreError(
+                        f"store file '{path}' is damaged: session {session_id!r} seq "
+                        f"{seq} is not a valid event ({exc}); run 'broker log verify'"
+                    ) from exc
+        except StoreError as exc:
+            results.append(exc)
+            continue
+        results.append(events)
+    return results

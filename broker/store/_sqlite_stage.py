@@ -1,0 +1,150 @@
+"""Staging one commit group on the trio thread: sequence numbers, hash chain, heads, checkpoints.
+
+The writer actor (:mod:`broker.store._sqlite_writer`) hands :func:`stage_group` the requests it
+took from its inbox and the heads they build on — those of the group in flight when there is
+one, else the committed ones — and gets back a :class:`Job`: the :class:`Plan` its worker
+thread writes as one transaction, whom to answer, and the heads the group leaves behind. A
+session's own submission carries the seq it follows and the projection after it, which is
+checkpointed as handed (the session folded it once); only a convenience append is folded here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+
+import attrs
+import trio
+
+from .._projection import ApprovalState, fold
+from ._chain import GENESIS, chain_hash_after, chain_prefix
+from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
+from ._protocol import StoreError
+from ._sqlite_group import EMPTY_PLAN, Plan, nul_free
+from ._sqlite_load import SessionHead
+from ._sqlite_requests import AppendRequest, CreateRequest, ImportRequest, Request
+
+__all__ = ["EMPTY_HEAD", "Job", "SessionExistsError", "empty_job", "stage_group"]
+
+EMPTY_HEAD = SessionHead(seq=0, hash=GENESIS, state=ApprovalState(), checkpoint_seq=0)
+
+
+class SessionExistsError(StoreError):
+    """An import named a session that already exists; nothing was stored."""
+
+
+@attrs.define(eq=False, kw_only=True)
+class Job:
+    """One group's transaction: what it writes, whom it answers, the heads it will commit."""
+
+    plan: Plan
+    accepted: list[Request]
+    rejected: list[tuple[Request, StoreError]]
+    staged: dict[str, SessionHead]
+    done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    failed: bool = attrs.field(default=False, init=False)
+    # Handed to the thread (or found to have nothing to write): see SqliteWriter._write.
+    submitted: bool = attrs.field(default=False, init=False)
+
+
+def empty_job() -> Job:
+    """A job that writes nothing and answers no one."""
+    return Job(plan=EMPTY_PLAN, accepted=[], rejected=[], staged={})
+
+
+def stage_group(
+    writes: Sequence[Request],
+    *,
+    now: int,
+    committed: Mapping[str, SessionHead],
+    in_flight: Mapping[str, SessionHead],
+    prefixes: MutableMapping[str, bytes],
+    checkpoint_every: int,
+    path: str,
+) -> Job:
+    """The :class:`Job` of *writes*, built on the heads *in_flight* (the group being written
+    now, if any) over the *committed* ones. *prefixes* caches each session's chain prefix.
+    Pure but for that cache: nothing is written and no request is resolved (hot path)."""
+    staged: dict[str, SessionHead] = {}
+    bases: dict[str, SessionHead | None] = {}
+    creates: list[tuple[str, str | None, int, bytes]] = []
+    auto_creates: list[tuple[str, None, int, bytes]] = []
+    rows: list[tuple[str, int, int, str, bytes, bytes]] = []
+    accepted: list[Request] = []
+    rejected: list[tuple[Request, StoreError]] = []
+    add_row = rows.append
+    for request in writes:
+        session_id = request.session_id
+        head = staged.get(session_id)
+        if head is None:
+            if session_id in bases:
+                head = bases[session_id]
+            else:
+                head = in_flight.get(session_id) or committed.get(session_id)
+                bases[session_id] = head
+        if type(request) is not AppendRequest:
+            if type(request) is ImportRequest and head is not None:
+                error = SessionExistsError(
+                    f"session {session_id!r} already exists in store file '{path}': "
+                    "import into a new session id"
+                )
+                rejected.append((request, error))
+                continue
+            if isinstance(request, CreateRequest | ImportRequest):
+                creates.append((session_id, request.parent_id, now, GENESIS))
+                head = head or EMPTY_HEAD
+        if head is None:
+            auto_creates.append((session_id, None, now, GENESIS))
+            head = EMPTY_HEAD
+        if isinstance(request, AppendRequest):
+            seq = head.seq
+            given = request.state
+            if given is not None and request.seq != seq:
+                # Sequenced on top of events that did not land (an earlier group failed):
+                # refused, so the session re-reads its head before sequencing again.
+                rejected.append((request, _out_of_sequence(path, session_id, request, seq)))
+                continue
+            prefix = prefixes.get(session_id)
+            if prefix is None:
+                prefix = prefixes[session_id] = chain_prefix(session_id)
+            prev = head.hash
+            for line in request.lines:
+                seq += 1
+                digest = chain_hash_after(prefix, seq, now, line, prev)
+                add_row((session_id, seq, now, line, prev, digest))
+                prev = digest
+            if given is None:  # a convenience append: the one place the writer folds
+                given = head.state
+                for event in request.events:
+                    given = fold(given, event)
+            head = SessionHead(seq=seq, hash=prev, state=given, checkpoint_seq=head.checkpoint_seq)
+        staged[session_id] = head
+        accepted.append(request)
+    heads: list[tuple[int, bytes, str]] = []
+    checkpoints: list[tuple[str, int, str, str]] = []
+    for session_id, head in staged.items():
+        before = bases[session_id]
+        if head.seq != (0 if before is None else before.seq):
+            heads.append((head.seq, head.hash, session_id))
+        if checkpoint_every and head.seq - head.checkpoint_seq >= checkpoint_every:
+            state_json = encode_state(head.state)
+            checkpoints.append((session_id, head.seq, state_json, PROJECTION_FINGERPRINT))
+            staged[session_id] = attrs.evolve(head, checkpoint_seq=head.seq)
+    plan = Plan(
+        creates=creates,
+        auto_creates=auto_creates,
+        rows=rows,
+        heads=heads,
+        checkpoints=checkpoints,
+        fault=None,
+        nul_free=nul_free(staged, [parent for _, parent, _, _ in creates if parent]),
+        ts_ms=now,
+    )
+    return Job(plan=plan, accepted=accepted, rejected=rejected, staged=staged)
+
+
+def _out_of_sequence(path: str, session_id: str, request: AppendRequest, seq: int) -> StoreError:
+    return StoreError(
+        f"session {session_id!r} submitted events after seq {request.seq}, but its log in "
+        f"'{path}' ends at seq {seq} (an earlier write failed): re-read the head "
+        "(store.head) before sequencing again"
+    )
