@@ -4,8 +4,8 @@
 
 Both are measured in the same process, interleaved in alternating blocks so drift on a shared
 machine hits both alike. The broker side is a full ``request()``: validation, the
-``approval/asked`` append acknowledged by the session actor (in-memory store), the answerer
-waterfall with one answerer that answers at once, and the acknowledged ``approval/decided``.
+``approval/asked`` append (in-memory store: durable when handed over), the answerer waterfall
+with one answerer that answers at once, and the ``approval/decided`` append.
 The baseline is the floor any actor design pays: one request/response over two trio memory
 channels to another task.
 """
@@ -46,8 +46,12 @@ async def answer_at_once(_req: ApprovalRequest, _next: AnswerNext) -> Outcome:
     return Outcome.ALLOWED_ONCE
 
 
-async def measure_async(rounds: int, blocks: int = 10) -> Result:
-    """Interleaved blocks of bare round trips and broker asks; p50 ratio against target 3x."""
+async def measure_async(rounds: int, blocks: int = 50) -> Result:
+    """Interleaved blocks of bare round trips and broker asks; p50 ratio against target 2x.
+
+    Fifty short blocks rather than a few long ones, so that the machine's drift (this is a
+    shared 2-core VM) hits both sides alike.
+    """
     bare: list[int] = []
     broker_ns: list[int] = []
     async with open_broker(store=MemoryStore()) as broker:
@@ -77,8 +81,8 @@ async def measure_async(rounds: int, blocks: int = 10) -> Result:
                 unit="µs",
                 baseline=b["p50"],
                 baseline_label="bare trio memory-channel round trip p50",
-                target="<= 3x",
-                met=ratio <= 3.0,
+                target="<= 2x",
+                met=ratio <= 2.0,
             ),
             Figure(
                 label="broker.request() p99",
@@ -104,7 +108,7 @@ def main(rounds: int) -> int:
     print(f"{'bare channel round trip':24}{latency.baseline:10.2f}{p99.baseline:10.2f}")
     print(f"{'broker.request()':24}{latency.value:10.2f}{p99.value:10.2f}")
     verdict = "met" if latency.met else "NOT met"
-    print(f"ratio p50 broker/bare: {latency.ratio:.2f}x (target <= 3x: {verdict})")
+    print(f"ratio p50 broker/bare: {latency.ratio:.2f}x (target <= 2x: {verdict})")
     return 0
 
 
