@@ -229,16 +229,25 @@ class Session:
         try:
             self._withdraw_all(cause, f"turn {number} of session {self.id} ending")
             await self._wait_settled()
-            for ask_id in sorted(self._state.pending - self._flights.keys()):
-                orphan = ApprovalDecided(id=ask_id, outcome=Outcome.CANCELLED, recovered=True)
-                await self._append(_if_pending(orphan), internal=True)
 
             def end(state: ApprovalState) -> Event | None:
                 if state.turn_open and state.turn == number:
                     return TurnEnd(turn=number, reason=TurnEndReason(kind=kind))
                 return None  # already ended, e.g. by the session closing
 
-            await self._append(end, internal=True)
+            # Re-read the head first if a write failed: the projection may have folded a
+            # decided the store never acknowledged, and only the store's log tells which
+            # questions are still open. Then, with no await in between, close those questions
+            # and end the turn in ONE submission (all of it lands or none).
+            await self._ready(internal=True, shielded=True)
+            orphans = sorted(self._state.pending - self._flights.keys())
+            builds = [
+                _if_pending(ApprovalDecided(id=ask_id, outcome=Outcome.CANCELLED, recovered=True))
+                for ask_id in orphans
+            ]
+            submitted = await self._sequence_now(*builds, end)
+            if submitted is not None:
+                await self._durable(submitted, schedule=False, shielded=True)
         except SessionClosedError:
             # The session ended without us: it closed the turn itself, or it crashed and
             # recovery will close it (``interrupted``) when the log is reopened.
@@ -458,6 +467,13 @@ class Session:
         except Exception as exc:
             self._failed(generation, exc)
             raise self._append_error(events[0], exc) from exc
+        refused = ticket.error if ticket.done else None
+        if refused is not None:
+            # Refused at once: the store took nothing of it (the Durability contract), so the
+            # projection stays as it was and nothing need be re-read. Only a fence ends us.
+            if isinstance(refused, SessionFencedError):
+                self._failed(generation, refused)
+            raise self._append_error(events[0], refused) from refused
         self._state = state
         return _Submitted(events[0], ticket, generation)
 
@@ -490,7 +506,7 @@ class Session:
         if not admitted:
             raise self._closed_error("append to")
 
-    def _append_error(self, event: Event, exc: Exception) -> AuditAppendError:
+    def _append_error(self, event: Event, exc: BaseException) -> AuditAppendError:
         return AuditAppendError(f"could not append {event.TYPE} to session {self.id}: {exc}")
 
     def _failed(self, generation: int, exc: Exception) -> None:

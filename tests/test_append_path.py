@@ -31,6 +31,7 @@ from broker.store._protocol import (
     Durability,
     SessionFencedError,
     StoreError,
+    StoreHead,
 )
 from broker.store._ticket import Ticket
 
@@ -286,3 +287,114 @@ async def test_a_caller_cancelled_during_a_pipelined_wait_still_gets_the_decisio
         assert got == [Outcome.REJECTED]
         logged = await store.read(session.id)
         assert [e.outcome for e in logged if isinstance(e, ApprovalDecided)] == [Outcome.REJECTED]
+
+
+async def test_a_decision_whose_write_failed_is_closed_inside_its_turn_from_the_stores_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The projection had folded the failed ``decided`` (the question looked settled) while the
+    store holds its ``asked`` alone: leaving the turn must close that question from what the
+    store acknowledged, then end the turn — never leave the turn open, never end it around an
+    unpaired question (found by the long chaos run: the next ``turn()`` then raised)."""
+    store = HeldStore()
+    async with open_broker(store=store) as broker:
+        session = await broker.start_session()
+
+        async def answer(_req: ApprovalRequest, _next: object) -> Outcome:
+            await trio.lowlevel.checkpoint()
+            return Outcome.ALLOWED_ONCE
+
+        errors: list[AuditAppendError] = []
+
+        async def ask() -> None:
+            async with broker.answerer(answer), session.turn():
+                try:
+                    await broker.request(ApprovalRequest(agent=session.agent, tool_name="x"))
+                except AuditAppendError as exc:
+                    errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            await _settle(store, 1)  # turn/start
+            store.ack_all()
+            await _settle(store, 1)  # asked
+            store.ack_all()
+            await _settle(store, 1)  # decided (allowed-once)
+            store.fail_all(StoreError("disk full"))
+            while True:  # leaving the turn: what it appends after re-reading the head
+                with trio.fail_after(5):
+                    await trio.testing.wait_all_tasks_blocked()
+                if not store.held:
+                    break
+                store.ack_all()
+        [error] = errors
+        assert "could not append approval/decided" in str(error)
+        logged = await store.read(session.id)
+        assert [type(e).__name__ for e in logged] == [
+            "TurnStart",
+            "ApprovalAsked",
+            "ApprovalDecided",
+            "TurnEnd",
+        ]
+        closed = logged[2]
+        assert isinstance(closed, ApprovalDecided)
+        assert (closed.outcome, closed.recovered) == (Outcome.CANCELLED, True)
+        assert not session.state.turn_open
+        assert "left open" not in caplog.text
+        # The session goes on: a new turn opens.
+        async with trio.open_nursery() as nursery:
+
+            async def again() -> None:
+                async with session.turn():
+                    pass
+
+            nursery.start_soon(again)
+            for _ in range(2):
+                await _settle(store, 1)
+                store.ack_all()
+
+
+@attrs.define(eq=False)
+class _RefusingStore(ForwardingStore):
+    """Refuses the next submission at once (a failed ticket, nothing taken); counts re-reads."""
+
+    inner: MemoryStore = attrs.field(factory=MemoryStore)
+    refuse_next: bool = False
+    heads_read: int = 0
+
+    def submit(
+        self, session_id: str, seq: int, events: Sequence[Event], state: ApprovalState
+    ) -> Durability:
+        if self.refuse_next:
+            self.refuse_next = False
+            refused = Ticket()
+            refused.fail(StoreError("refused"))
+            return refused
+        return self.inner.submit(session_id, seq, events, state)
+
+    async def head(self, session_id: str) -> StoreHead:
+        self.heads_read += 1
+        return await self.inner.head(session_id)
+
+
+async def test_a_submission_refused_at_once_leaves_the_projection_and_needs_no_re_read() -> None:
+    """A ticket already failed when handed back means the store took nothing: the session
+    neither folds the refused events nor re-reads its head, and a question asked right after
+    on the same session is not refused in turn (the long chaos run found such collateral
+    failures when the projection ran ahead of a refusal)."""
+    store = _RefusingStore()
+    async with open_broker(store=store, policy="never") as broker:
+        async with broker.open_session() as session, session.turn():
+            before = session.state
+            store.refuse_next = True
+            with pytest.raises(
+                AuditAppendError, match=r"could not append approval/asked .*refused"
+            ):
+                await broker.request(ApprovalRequest(agent=session.agent, tool_name="x"))
+            assert session.state == before
+            assert await broker.request(ApprovalRequest(agent=session.agent, tool_name="x")) is (
+                Outcome.REJECTED
+            )
+            assert store.heads_read == 0
+        logged = [type(e).__name__ for e in store.inner.read_nowait(session.id)]
+        assert logged == ["TurnStart", "ApprovalAsked", "ApprovalDecided", "TurnEnd"]

@@ -70,7 +70,12 @@ class StoreHead:
 
 
 class Durability(Protocol):
-    """What :meth:`EventStore.submit` returns: resolves once the submitted events are durable."""
+    """What :meth:`EventStore.submit` returns: resolves once the submitted events are durable.
+
+    A ticket that is already failed when :meth:`EventStore.submit` returns it means the store
+    took nothing of the submission: its log, and the seq it expects next for that session, are
+    as they were (the session keeps its projection and goes on, without re-reading the head).
+    """
 
     @property
     def done(self) -> bool:

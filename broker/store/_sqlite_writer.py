@@ -25,8 +25,9 @@ committed, before it is written.
 The worker writes a group as ONE SQL statement (an INSERT into a connection-local view whose
 trigger reads the group from JSON arrays, made on the trio thread), so SQLite holds no GIL from
 the start of the group to its COMMIT and the trio thread stages the next group in parallel; it
-hands each job over with a brief GIL-released wait (:meth:`WorkerThread.submit`, ``handoff``). An SQLite without
-JSON functions, or a group with a NUL in a session id, is written statement by statement.
+hands each job over with a brief GIL-released wait (:meth:`WorkerThread.submit`, ``handoff``).
+An SQLite without JSON functions, or a group with a NUL in a session id, is written statement
+by statement.
 
 Containment: an ``sqlite3.Error`` in a group (a full disk, an I/O error) rolls the group back,
 fails exactly that group's requests with :class:`StoreError`, and the actor carries on with the
