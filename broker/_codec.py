@@ -182,9 +182,10 @@ def _compile_line_encoder(cls: type[Event]) -> Callable[[Event], str | None] | N
             lines.append(f"    if not ({value} == d{index}):")
             indent = "        "
         if kind is enum.StrEnum:
+            # A StrEnum member is the str of its value: escaped as is (no Enum.value lookup).
             lines.append(f"{indent}if not isinstance({value}, StrEnum):")
             lines.append(f"{indent}    return None")
-            lines.append(f"{indent}parts.append({key!r} + _escape({value}.value))")
+            lines.append(f"{indent}parts.append({key!r} + _escape({value}))")
         else:
             # Not what the annotation says: let the converter decide.
             lines.append(f"{indent}if type({value}) is not {kind.__name__}:")
