@@ -393,10 +393,22 @@ async def main(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _suite_run(prefix: Path, sessions: int, per_session: int) -> dict[str, float]:
+    """Seconds of one run of each path (files named after *prefix*)."""
+    broker_s, _ = await broker_asks(prefix.with_suffix(".broker.db"), sessions, per_session)
+    memory_s, _ = await broker_asks(None, sessions, per_session)
+    store_s, _ = await store_asks(prefix.with_suffix(".store.db"), sessions, per_session)
+    raw_s = raw_batched(prefix.with_suffix(".raw.db"), sessions, per_session, build_rows=False)
+    return {"broker": broker_s, "memory": memory_s, "store": store_s, "raw": raw_s}
+
+
 async def _suite(quick: bool) -> Result:
-    """One run per size (the suite's time budget), through the broker and direct on the store."""
+    """One run per size (the suite's time budget), through the broker and direct on the store;
+    the 256-session figures (the issue's) with 20 000 asks, best of three (quick: one short run).
+    """
     sizes = [1, 16, 256, 1024]
     asks = 256 if quick else 4096
+    asks_256, repeat_256 = (1024, 1) if quick else (20_000, 3)
     series: dict[str, list[tuple[float, ...]]] = {
         "durable asks/s through the broker": [],
         "asks/s through the broker, in-memory store": [],
@@ -408,13 +420,17 @@ async def _suite(quick: bool) -> Result:
         directory = Path(tmp)
         progress = Progress("durable asks", len(sizes))
         for sessions in sizes:
-            per_session = max(2, asks // sessions)
+            repeat = repeat_256 if sessions == 256 else 1
+            per_session = max(2, (asks_256 if sessions == 256 else asks) // sessions)
             total = per_session * sessions
-            name = f"-{sessions}"
-            broker_s, _ = await broker_asks(directory / f"b{name}.db", sessions, per_session)
-            memory_s, _ = await broker_asks(None, sessions, per_session)
-            store_s, _ = await store_asks(directory / f"s{name}.db", sessions, per_session)
-            raw_s = raw_batched(directory / f"r{name}.db", sessions, per_session, build_rows=False)
+            best: dict[str, float] = {}
+            for run in range(repeat):
+                runs = await _suite_run(directory / f"{sessions}-{run}", sessions, per_session)
+                for key, seconds in runs.items():
+                    best[key] = min(seconds, best.get(key, seconds))
+            broker_s, memory_s, store_s, raw_s = (
+                best[k] for k in ("broker", "memory", "store", "raw")
+            )
             series["durable asks/s through the broker"].append((sessions, total / broker_s))
             series["asks/s through the broker, in-memory store"].append(
                 (sessions, total / memory_s)
@@ -422,7 +438,7 @@ async def _suite(quick: bool) -> Result:
             series["durable asks/s, store appends"].append((sessions, total / store_s))
             series["raw batched sqlite3 (a)"].append((sessions, total / raw_s))
             if sessions == 256:
-                naive_s = await naive_asks(directory / f"n{name}.db", sessions, per_session)
+                naive_s = await naive_asks(directory / f"n-{sessions}.db", sessions, per_session)
                 at_256 = {
                     "broker": total / broker_s,
                     "memory": total / memory_s,

@@ -177,9 +177,12 @@ def _compile_line_encoder(cls: type[Event]) -> Callable[[Event], str | None] | N
         lines.append(f"    {value} = event.{field.name}")
         indent = "    "
         if field.default is not attrs.NOTHING:
-            # Omitted when unset, as the converter's omit_if_default.
+            # Omitted when unset, as the converter's omit_if_default (==). For a None, True or
+            # False default `is` decides the same for every value of the right type; any other
+            # value is not of the right type and falls back to the converter just below.
             namespace[f"d{index}"] = field.default
-            lines.append(f"    if not ({value} == d{index}):")
+            same = "is" if field.default is None or isinstance(field.default, bool) else "=="
+            lines.append(f"    if not ({value} {same} d{index}):")
             indent = "        "
         if kind is enum.StrEnum:
             # A StrEnum member is the str of its value: escaped as is (no Enum.value lookup).

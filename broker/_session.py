@@ -605,7 +605,7 @@ class Session:
         its ``approval/decided`` is appended shielded (same bound) and the decision returned;
         the cancellation is then delivered at the caller's next checkpoint. A question that
         steps 3.1–3.3 decide (policy ``never``, a grant, an abort before it was put) is decided
-        before any await: its ``decided`` is sequenced right behind ``asked`` and both are
+        before any await: its ``decided`` goes to the store with ``asked``, in one submission
         awaited shielded, so a cancellation then gets the decision, not ``cancelled``.
         """
         if req.agent is not self.agent:
