@@ -5,6 +5,7 @@ sequencing again, and a fenced session ends without writing again."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,11 +15,15 @@ import trio
 import trio.testing
 
 from broker import (
+    AnswerFn,
+    AnswerNext,
     ApprovalDecided,
     ApprovalRequest,
     AuditAppendError,
+    Broker,
     Event,
     Outcome,
+    Session,
     SessionClosedError,
     UserMessage,
     open_broker,
@@ -92,6 +97,31 @@ class HeldStore(ForwardingStore):
 
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
         raise NotImplementedError
+
+
+async def _ack_until_quiet(store: HeldStore) -> None:
+    """Acknowledge whatever is submitted until every task is blocked with nothing held."""
+    while True:
+        with trio.fail_after(5):
+            await trio.testing.wait_all_tasks_blocked()
+        if not store.held:
+            return
+        store.ack_all()
+
+
+async def _ask_in_turn(
+    broker: Broker, session: Session, errors: list[AuditAppendError], answer: AnswerFn | None
+) -> None:
+    """One question inside a turn of *session* (answered by *answer*, if given); an
+    :class:`AuditAppendError` is collected in *errors*."""
+    async with contextlib.AsyncExitStack() as stack:
+        if answer is not None:
+            await stack.enter_async_context(broker.answerer(answer))
+        await stack.enter_async_context(session.turn())
+        try:
+            await broker.request(ApprovalRequest(agent=session.agent, tool_name="x"))
+        except AuditAppendError as exc:
+            errors.append(exc)
 
 
 async def _settle(store: HeldStore, count: int) -> None:
@@ -232,16 +262,8 @@ async def test_a_pipelined_decision_whose_question_failed_fails_with_it() -> Non
     async with open_broker(store=store, policy="never") as broker:
         session = await broker.start_session()
         errors: list[AuditAppendError] = []
-
-        async def ask() -> None:
-            async with session.turn():
-                try:
-                    await broker.request(ApprovalRequest(agent=session.agent, tool_name="x"))
-                except AuditAppendError as exc:
-                    errors.append(exc)
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(ask)
+            nursery.start_soon(_ask_in_turn, broker, session, errors, None)
             await _settle(store, 1)
             store.ack_all()
             await _settle(store, 1)
@@ -278,12 +300,7 @@ async def test_a_caller_cancelled_during_a_pipelined_wait_still_gets_the_decisio
             await _settle(store, 1)  # the cancellation did not end the wait
             assert got == []
             store.ack_all()
-            while True:  # whatever the turn's end appends
-                with trio.fail_after(5):
-                    await trio.testing.wait_all_tasks_blocked()
-                if not store.held:
-                    break
-                store.ack_all()
+            await _ack_until_quiet(store)  # whatever the turn's end appends
         assert got == [Outcome.REJECTED]
         logged = await store.read(session.id)
         assert [e.outcome for e in logged if isinstance(e, ApprovalDecided)] == [Outcome.REJECTED]
@@ -300,33 +317,20 @@ async def test_a_decision_whose_write_failed_is_closed_inside_its_turn_from_the_
     async with open_broker(store=store) as broker:
         session = await broker.start_session()
 
-        async def answer(_req: ApprovalRequest, _next: object) -> Outcome:
+        async def answer(_req: ApprovalRequest, _next: AnswerNext) -> Outcome:
             await trio.lowlevel.checkpoint()
             return Outcome.ALLOWED_ONCE
 
         errors: list[AuditAppendError] = []
-
-        async def ask() -> None:
-            async with broker.answerer(answer), session.turn():
-                try:
-                    await broker.request(ApprovalRequest(agent=session.agent, tool_name="x"))
-                except AuditAppendError as exc:
-                    errors.append(exc)
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(ask)
+            nursery.start_soon(_ask_in_turn, broker, session, errors, answer)
             await _settle(store, 1)  # turn/start
             store.ack_all()
             await _settle(store, 1)  # asked
             store.ack_all()
             await _settle(store, 1)  # decided (allowed-once)
             store.fail_all(StoreError("disk full"))
-            while True:  # leaving the turn: what it appends after re-reading the head
-                with trio.fail_after(5):
-                    await trio.testing.wait_all_tasks_blocked()
-                if not store.held:
-                    break
-                store.ack_all()
+            await _ack_until_quiet(store)  # leaving the turn, after re-reading the head
         [error] = errors
         assert "could not append approval/decided" in str(error)
         logged = await store.read(session.id)
