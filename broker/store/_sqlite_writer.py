@@ -247,6 +247,9 @@ class SqliteWriter:
         self._receive.close()
         self._fail_queued()
         self._room.unpark_all()
+        # A group still queued behind the one in flight (only after an error in the actor, whose
+        # handler failed its requests) must not be handed to the thread as it closes.
+        self._queued = None
         if self._in_flight is not None:
             await self._in_flight.done.wait()
         await self._thread.run(self._close_job)
