@@ -402,3 +402,40 @@ async def test_a_submission_refused_at_once_leaves_the_projection_and_needs_no_r
             assert store.heads_read == 0
         logged = [type(e).__name__ for e in store.inner.read_nowait(session.id)]
         assert logged == ["TurnStart", "ApprovalAsked", "ApprovalDecided", "TurnEnd"]
+
+
+async def test_a_decision_the_store_never_acknowledges_fails_closed_after_settle_grace(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The shielded wait for a decided is bounded (BoundedWaits' timer): a store that never
+    answers raises the exact error after settle_grace, and the caller's cancellation meanwhile
+    does not cut the wait short."""
+    store = HeldStore()
+    async with open_broker(store=store, policy="never", settle_grace=2.0) as broker:
+        session = await broker.start_session()
+        errors: list[AuditAppendError] = []
+        waited: list[float] = []
+        caller = trio.CancelScope()
+
+        async def ask() -> None:
+            with caller:
+                async with session.turn():
+                    start = trio.current_time()
+                    try:
+                        await broker.request(ApprovalRequest(agent=session.agent, tool_name="x"))
+                    except AuditAppendError as exc:
+                        errors.append(exc)
+                    waited.append(trio.current_time() - start)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            await _settle(store, 1)  # turn/start
+            store.ack_all()
+            await _settle(store, 1)  # asked and decided, never acknowledged
+            caller.cancel()  # does not end the shielded wait
+        [error] = errors
+        assert str(error) == (
+            f"could not append to session {session.id} within settle_grace (2s); "
+            "the question is left for recovery"
+        )
+        assert waited == [2.0]
