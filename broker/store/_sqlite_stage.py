@@ -22,6 +22,7 @@ from ._protocol import StoreError
 from ._sqlite_group import EMPTY_PLAN, Plan, nul_free
 from ._sqlite_load import SessionHead
 from ._sqlite_requests import AppendRequest, CreateRequest, ImportRequest, Request
+from ._worker_thread import Chained
 
 __all__ = ["EMPTY_HEAD", "Job", "SessionExistsError", "empty_job", "stage_group"]
 
@@ -42,8 +43,11 @@ class Job:
     staged: dict[str, SessionHead]
     done: trio.Event = attrs.field(factory=trio.Event, init=False)
     failed: bool = attrs.field(default=False, init=False)
-    # Handed to the thread (or found to have nothing to write): see SqliteWriter._write.
-    submitted: bool = attrs.field(default=False, init=False)
+    # The thread did not run it (the group before it failed, or it was dropped): nothing of it
+    # was written and none of its requests was answered; SqliteWriter._write stages it again.
+    skipped: bool = attrs.field(default=False, init=False)
+    # Queued on the thread behind the group in flight (WorkerThread.submit(chained=True)).
+    chained: Chained | None = attrs.field(default=None, init=False)
 
 
 def empty_job() -> Job:

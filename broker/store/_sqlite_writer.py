@@ -12,10 +12,11 @@ Group commit: the actor takes one request from its bounded inbox, then everythin
 queued (up to ``inbox_size``), stages all of it on the trio thread (:mod:`._sqlite_stage`:
 sequence numbers, hash chain, heads, checkpoints) and hands it to its worker thread as ONE
 transaction (:mod:`._sqlite_jobs`). It does not wait for that transaction: it goes on
-receiving and staging the next group on top of it (pipelining) and queues that group behind it;
-the completion callback of the group in flight hands the queued one to the thread the moment
-the first committed, before the callers it wakes run. Requests that arrive while a transaction
-is being written therefore join the next one. When the thread is idle and at
+receiving and staging the next group on top of it (pipelining) and queues that group on the
+thread behind it (``chained``), so the thread starts it the moment the first committed, with no
+trip through the trio thread (busy waking that group's callers) in between; if the first failed,
+the thread skips it. Requests that arrive while a transaction is being written therefore join
+the next one. When the thread is idle and at
 least ``2 * _SPLIT_MIN`` requests wait, the actor commits half of them first, so that staging
 the other half overlaps that commit. Each request is resolved only after its group's COMMIT
 returned — with ``synchronous=FULL`` that is after fsync — by the completion callback on the
@@ -66,7 +67,7 @@ from ._sqlite_requests import (
 )
 from ._sqlite_schema import StoreOpenError, Synchronous, check_writer_path, connect_writer
 from ._sqlite_stage import Job, empty_job, stage_group
-from ._worker_thread import WorkerThread
+from ._worker_thread import JobSkipped, WorkerThread
 from ._writer_lock import WriterLock
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ class SqliteWriter:
     _prefixes: dict[str, bytes] = attrs.field(factory=dict, init=False)
     # The group whose transaction is on the thread now (at most one), staged on top of _heads.
     _in_flight: Job | None = attrs.field(default=None, init=False)
-    # The group staged on top of _in_flight, handed to the thread when that one commits.
+    # The group staged on top of _in_flight and queued on the thread behind it (chained).
     _queued: Job | None = attrs.field(default=None, init=False)
     _fault: sqlite3.Error | None = attrs.field(default=None, init=False)
     # How many requests the last completed group resolved (see _submit).
@@ -248,10 +249,14 @@ class SqliteWriter:
         self._fail_queued()
         self._room.unpark_all()
         # A group still queued behind the one in flight (only after an error in the actor, whose
-        # handler failed its requests) must not be handed to the thread as it closes.
-        self._queued = None
-        if self._in_flight is not None:
-            await self._in_flight.done.wait()
+        # handler failed its requests) is dropped: the thread skips it unless it already began
+        # (then it lands like a COMMIT that raised yet landed; its callers were told it failed).
+        queued = self._queued
+        if queued is not None and queued.chained is not None:
+            queued.chained.drop()
+        for job in (self._in_flight, queued):
+            if job is not None:
+                await job.done.wait()
         await self._thread.run(self._close_job)
         await self._thread.stop()
         self._lock.release()
@@ -332,10 +337,11 @@ class SqliteWriter:
 
     async def _write(self, writes: Sequence[Request]) -> None:
         """Stage *writes* (on top of the group in flight, if any) and start their transaction
-        without waiting for it. If a group is in flight, the staged job is queued behind it
-        and the completion callback of that group hands it to the thread the moment it
-        committed (:meth:`_on_written`), so the thread never waits for the trio thread to come
-        round to it; this returns once the job is on the thread."""
+        without waiting for it. If a group is in flight, the staged job is queued on the thread
+        behind it (chained), so the thread starts it the moment that one committed, without
+        waiting for the trio thread to come round to it; this returns once that group is done
+        (at most two groups are ever on the thread). If that group failed, the thread skipped
+        this one, which is staged again from what is committed."""
         if self._broken is not None:
             for request in writes:
                 request.fail(self._broken_error())
@@ -349,14 +355,17 @@ class SqliteWriter:
             await trio.lowlevel.checkpoint()
             self._submit(job)
             return
-        self._queued = job
+        self._submit(job, chained=True)
         await base.done.wait()
-        if job.submitted:
+        if not base.failed:
             return
-        # *base* failed (or the writer broke): stage again from what is committed.
-        self._queued = None
+        if job.chained is None:
+            return  # nothing was queued: staging refused every request
+        # *base* failed, so the thread skips this job: stage it again from what is committed.
+        await job.done.wait()
         await self._settle()
-        self._submit(self._restage(writes, now))
+        # Those staging refused were answered already; only the rest is staged again.
+        self._submit(self._restage([r for r in writes if not r.done], now))
 
     def _restage(self, writes: Sequence[Request], now: int) -> Job:
         if self._broken is not None:
@@ -365,35 +374,43 @@ class SqliteWriter:
             return empty_job()
         return self._stage(writes, now)
 
-    def _submit(self, job: Job) -> None:
-        job.submitted = True
+    def _submit(self, job: Job, *, chained: bool = False) -> None:
+        """Answer the requests staging refused and hand the job to the thread: *chained*, queued
+        behind the group in flight (then it is :attr:`_queued`), else started at once."""
         for request, error in job.rejected:
             request.fail(error)
         if not job.accepted:
             return
         fault, self._fault = self._fault, None
         plan = job.plan if fault is None else attrs.evolve(job.plan, fault=fault)
+        on_done = functools.partial(self._on_written, job)
+        work = functools.partial(self._write_job, plan, self._statement_parameters(plan))
+        if chained:
+            self._queued = job
+            job.chained = self._thread.submit(work, on_done, chained=True)
+            return
         self._in_flight = job
         self._thread.submit(
-            functools.partial(self._write_job, plan, self._statement_parameters(plan)),
-            functools.partial(self._on_written, job),
+            work,
+            on_done,
             # Only when the last commit woke a crowd of callers: running them would keep the GIL
             # from the worker. For a few, handing off only adds thread wake-ups.
             handoff=self._woken >= _HANDOFF_MIN,
         )
 
     def _on_written(self, job: Job, result: outcome.Outcome[None]) -> None:
-        """The thread finished *job*'s transaction (runs on the trio thread; must not raise)."""
-        self._in_flight = None
+        """The thread finished *job*'s transaction, or skipped it (runs on the trio thread, in
+        the thread's order; must not raise). A group chained behind *job* is in flight now."""
+        self._in_flight, self._queued = self._queued, None
+        if isinstance(result, outcome.Error) and isinstance(result.error, JobSkipped):
+            # Nothing written, nobody answered: the actor stages it again (see _write).
+            job.skipped = True
+            job.done.set()
+            return
         self._woken = len(job.accepted)
         if not isinstance(result, outcome.Error):
             self._heads.update(job.staged)
             self.transactions += 1
-            queued, self._queued = self._queued, None
-            if queued is not None:
-                # Staged on top of *job*, which is now committed: write it at once, before the
-                # callers woken below run (they would keep the thread idle meanwhile).
-                self._submit(queued)
             job.done.set()
             for request in job.accepted:
                 request.succeed()
@@ -401,7 +418,7 @@ class SqliteWriter:
         job.done.set()
         self.failed_transactions += 1
         exc = result.error
-        # A group staged on top of this one must be staged again from the committed heads.
+        # The group chained on top of this one is skipped by the thread and staged again.
         job.failed = True
         if isinstance(exc, ConnectionLost):
             self._broken = str(exc)
