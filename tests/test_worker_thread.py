@@ -20,7 +20,8 @@ async def thread() -> AsyncIterator[WorkerThread]:
     try:
         yield worker
     finally:
-        await worker.stop()
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            await worker.stop()
 
 
 class Results:
