@@ -6,6 +6,7 @@ sequencing again, and a fenced session ends without writing again."""
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from broker import (
 from broker._projection import ApprovalState, fold_all
 from broker.store import open_sqlite_store
 from broker.store._forwarding import ForwardingStore
+from broker.store._logtools import verify_store
 from broker.store._memory import MemoryStore
 from broker.store._protocol import (
     Durability,
@@ -215,6 +217,33 @@ async def test_sqlite_refuses_a_submission_that_does_not_follow_its_log(tmp_path
             head = await store.head("s")
             assert (head.seq, head.state) == (1, fold_all(first))
             assert await store.read("s") == first
+
+
+async def test_a_question_whose_write_failed_yet_landed_is_not_written_over(
+    tmp_path: Path,
+) -> None:
+    """The store reports the pair's transaction failed, but it landed (an I/O error after the
+    WAL was written): the session re-reads its head, which must include that pair, so the next
+    question follows it instead of failing on a seq that is taken."""
+    path = tmp_path / "s.db"
+    with trio.fail_after(10):
+        async with open_sqlite_store(path) as store:
+            async with open_broker(store=store, policy="never") as broker:
+                async with broker.open_session() as session, session.turn():
+                    request = ApprovalRequest(agent=session.agent, tool_name="bash")
+                    store.inject_commit_failure(
+                        sqlite3.OperationalError("disk I/O error"), landed=True
+                    )
+                    with pytest.raises(AuditAppendError, match="disk I/O error"):
+                        await broker.request(request)
+                    assert await broker.request(request) is Outcome.REJECTED
+                    decided = [
+                        event
+                        for event in await store.read(session.id)
+                        if isinstance(event, ApprovalDecided)
+                    ]
+                    assert len(decided) == 2
+    verify_store(path)
 
 
 async def test_sqlite_checkpoints_the_state_it_was_handed_without_folding(tmp_path: Path) -> None:

@@ -527,6 +527,55 @@ async def test_a_group_staged_on_top_of_a_failed_one_is_restaged(db: Path) -> No
     verify_store(db)
 
 
+IO_ERROR = "disk I/O error"
+
+
+async def test_a_write_reported_failed_that_landed_is_reread_before_the_next(db: Path) -> None:
+    # The COMMIT raised, yet the group is in the file (an I/O error reported after the WAL
+    # frames were written). The writer must re-read the heads it touched before it stages
+    # anything else for them: else the next append reuses a seq that is taken.
+    with trio.fail_after(10):
+        async with open_sqlite_store(db) as store:
+            await store.append("s", _grant(1))
+            store.inject_commit_failure(sqlite3.OperationalError(IO_ERROR), landed=True)
+            with pytest.raises(StoreError, match=IO_ERROR):
+                await store.append("s", _grant(2))
+            await store.append("s", _grant(3))
+            assert (await store.head("s")).seq == 3
+            assert await store.read("s") == _grant(1) + _grant(2) + _grant(3)
+    verify_store(db)
+
+
+async def test_a_landed_failure_under_a_crowd_rereads_every_head_it_touched(db: Path) -> None:
+    # 300 waiting appends: the first transaction reports a failure but landed, the second was
+    # staged (and chained on the thread) on top of it and is skipped, then staged again; a
+    # shared session is in both. Every session's log, head and projection must still agree.
+    with trio.fail_after(30):
+        async with open_sqlite_store(db, inbox_size=1024) as store:
+
+            async def attempt(session_id: str, event: Event) -> None:
+                with contextlib.suppress(StoreError):
+                    await store.append(session_id, [event])
+
+            store.inject_commit_failure(sqlite3.OperationalError(IO_ERROR), landed=True)
+            async with trio.open_nursery() as nursery:
+                for index in range(300):
+                    nursery.start_soon(attempt, f"s{index}", _grant(index)[0])
+                    nursery.start_soon(attempt, "shared", _grant(1000 + index)[0])
+            assert store.transactions_failed == 1
+            # Another round on top: every append lands after what is really in the file.
+            async with trio.open_nursery() as nursery:
+                for index in range(300):
+                    nursery.start_soon(store.append, f"s{index}", _grant(2000 + index))
+                    nursery.start_soon(store.append, "shared", _grant(3000 + index))
+            for index in [*range(300), None]:
+                session_id = "shared" if index is None else f"s{index}"
+                got = await store.read(session_id)
+                assert (await store.head(session_id)).seq == len(got)
+                assert await store.load_state(session_id) == fold_all(got)
+    verify_store(db)
+
+
 async def test_a_failed_commit_leaves_no_half_group_behind(db: Path) -> None:
     with trio.fail_after(10):
         async with open_sqlite_store(db, checkpoint_every=1) as store:

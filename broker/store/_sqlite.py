@@ -243,11 +243,13 @@ class SqliteStore:
         """Every session id, in creation order (sync; from the writer's memory)."""
         return self._writer.session_ids()
 
-    def inject_commit_failure(self, error: sqlite3.Error) -> None:
+    def inject_commit_failure(self, error: sqlite3.Error, *, landed: bool = False) -> None:
         """Test seam: the next write transaction raises *error* in place of COMMIT and is rolled
-        back, as with a full disk; its appends raise :class:`StoreError`.
+        back, as with a full disk; its appends raise :class:`StoreError`. With *landed* it
+        commits and then raises *error*, as an I/O error reported after the WAL frames were
+        written would: the appends fail, yet their events are in the file.
         """
-        self._writer.inject_commit_failure(error)
+        self._writer.inject_commit_failure(error, landed=landed)
 
     async def aclose(self) -> None:
         """Stop accepting calls, write what is queued, checkpoint, close the file, drop the lock.

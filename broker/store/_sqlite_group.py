@@ -140,6 +140,8 @@ class Plan:
     heads: list[tuple[int, bytes, str]]
     checkpoints: list[tuple[str, int, str, str]]
     fault: sqlite3.Error | None
+    # The test seam's fault is raised after COMMIT (the group landed) instead of in its place.
+    fault_landed: bool = False
     # The session and parent ids of the group contain no NUL (SQLite's JSON functions stop at
     # one), so the group may be written as one statement.
     nul_free: bool = True

@@ -116,6 +116,10 @@ class SqliteWriter:
     # The group staged on top of _in_flight and queued on the thread behind it (chained).
     _queued: Job | None = attrs.field(default=None, init=False)
     _fault: sqlite3.Error | None = attrs.field(default=None, init=False)
+    _fault_landed: bool = attrs.field(default=False, init=False)
+    # Sessions a failed group touched: its COMMIT raised but may have landed, so their heads are
+    # re-read (_settle) before anything is staged for them again.
+    _unsure: set[str] = attrs.field(factory=set, init=False)
     # How many requests the last completed group resolved (see _submit).
     _woken: int = attrs.field(default=0, init=False)
     # Whether groups are written as one statement (see _GROUP_DDL); set at open.
@@ -196,9 +200,11 @@ class SqliteWriter:
         """Whether *session_id* exists (committed), without copying the id list."""
         return session_id in self._heads
 
-    def inject_commit_failure(self, error: sqlite3.Error) -> None:
-        """Test seam: the next group raises *error* instead of committing, as a full disk would."""
+    def inject_commit_failure(self, error: sqlite3.Error, *, landed: bool = False) -> None:
+        """Test seam: the next group raises *error* instead of committing, as a full disk would;
+        with *landed*, after committing (see :meth:`SqliteStore.inject_commit_failure`)."""
         self._fault = error
+        self._fault_landed = landed
 
     def close_inbox(self) -> None:
         """Accept no more requests; the actor finishes the queued ones, then closes (sync)."""
@@ -347,6 +353,8 @@ class SqliteWriter:
                 request.fail(self._broken_error())
             await trio.lowlevel.checkpoint()
             return
+        if self._unsure and self._in_flight is None:
+            await self._settle()  # re-read what a failed group touched before staging on it
         now = self.clock_ms()
         base = self._in_flight
         # Staged while *base* commits: this overlap is the point of the pipeline.
@@ -382,7 +390,11 @@ class SqliteWriter:
         if not job.accepted:
             return
         fault, self._fault = self._fault, None
-        plan = job.plan if fault is None else attrs.evolve(job.plan, fault=fault)
+        plan = (
+            job.plan
+            if fault is None
+            else attrs.evolve(job.plan, fault=fault, fault_landed=self._fault_landed)
+        )
         on_done = functools.partial(self._on_written, job)
         work = functools.partial(self._write_job, plan, self._statement_parameters(plan))
         if chained:
@@ -418,8 +430,10 @@ class SqliteWriter:
         job.done.set()
         self.failed_transactions += 1
         exc = result.error
-        # The group chained on top of this one is skipped by the thread and staged again.
+        # The group chained on top of this one is skipped by the thread and staged again, after
+        # the heads this one touched are re-read (a COMMIT that raised may have landed).
         job.failed = True
+        self._unsure.update(job.staged)
         if isinstance(exc, ConnectionLost):
             self._broken = str(exc)
         for request in job.accepted:
@@ -441,15 +455,17 @@ class SqliteWriter:
             self._broken = f"unexpected {type(exc).__name__}: {exc}"
 
     async def _settle(self) -> None:
-        """Wait for the transaction in flight (if any); after a failure, re-read the heads it
-        touched (a COMMIT that raised may still have landed)."""
+        """Wait for the transaction in flight (if any); after a failed one, re-read the heads
+        it touched (a COMMIT that raised may still have landed) — once nothing is in flight."""
         job = self._in_flight
-        if job is None:
-            await trio.lowlevel.checkpoint()
+        if job is not None:
+            await job.done.wait()
+        if self._unsure and self._in_flight is None and self._broken is None:
+            session_ids = sorted(self._unsure)
+            self._unsure.clear()
+            await self._resync(session_ids)
             return
-        await job.done.wait()
-        if job.failed and self._broken is None:
-            await self._resync(list(job.staged))
+        await trio.lowlevel.checkpoint()
 
     def _require_conn(self) -> sqlite3.Connection:
         if self._conn is None:
