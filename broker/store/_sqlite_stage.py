@@ -11,6 +11,7 @@ checkpointed as handed (the session folded it once); only a convenience append i
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -22,7 +23,9 @@ from ._protocol import StoreError
 from ._sqlite_group import EMPTY_PLAN, Plan, nul_free
 from ._sqlite_load import SessionHead
 from ._sqlite_requests import AppendRequest, CreateRequest, ImportRequest, Request
-from ._worker_thread import Chained
+
+if TYPE_CHECKING:
+    from ._worker_thread import Chained
 
 __all__ = ["EMPTY_HEAD", "Job", "SessionExistsError", "empty_job", "stage_group"]
 
