@@ -115,8 +115,8 @@ class SqliteWriter:
     _in_flight: Job | None = attrs.field(default=None, init=False)
     # The group staged on top of _in_flight and queued on the thread behind it (chained).
     _queued: Job | None = attrs.field(default=None, init=False)
-    _fault: sqlite3.Error | None = attrs.field(default=None, init=False)
-    _fault_landed: bool = attrs.field(default=False, init=False)
+    # The test seam's next fault, and whether the group lands before it is raised.
+    _fault: tuple[sqlite3.Error, bool] | None = attrs.field(default=None, init=False)
     # Sessions a failed group touched: its COMMIT raised but may have landed, so their heads are
     # re-read (_settle) before anything is staged for them again.
     _unsure: set[str] = attrs.field(factory=set, init=False)
@@ -203,8 +203,7 @@ class SqliteWriter:
     def inject_commit_failure(self, error: sqlite3.Error, *, landed: bool = False) -> None:
         """Test seam: the next group raises *error* instead of committing, as a full disk would;
         with *landed*, after committing (see :meth:`SqliteStore.inject_commit_failure`)."""
-        self._fault = error
-        self._fault_landed = landed
+        self._fault = (error, landed)
 
     def close_inbox(self) -> None:
         """Accept no more requests; the actor finishes the queued ones, then closes (sync)."""
@@ -371,6 +370,8 @@ class SqliteWriter:
             return  # nothing was queued: staging refused every request
         # *base* failed, so the thread skips this job: stage it again from what is committed.
         await job.done.wait()
+        if not job.skipped:
+            return  # written after all (its requests are answered): nothing to stage again
         await self._settle()
         # Those staging refused were answered already; only the rest is staged again.
         self._submit(self._restage([r for r in writes if not r.done], now))
@@ -393,7 +394,7 @@ class SqliteWriter:
         plan = (
             job.plan
             if fault is None
-            else attrs.evolve(job.plan, fault=fault, fault_landed=self._fault_landed)
+            else attrs.evolve(job.plan, fault=fault[0], fault_landed=fault[1])
         )
         on_done = functools.partial(self._on_written, job)
         work = functools.partial(self._write_job, plan, self._statement_parameters(plan))
