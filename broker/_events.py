@@ -126,22 +126,34 @@ class AgentMessage(Event):
 
 @attrs.frozen(kw_only=True)
 class ToolCalled(Event):
-    """The model asked to run a tool; precedes any approval pair of that call."""
+    """The model asked to run a tool; precedes any approval pair of that call.
+
+    ``same_step`` marks a call the model asked for in the same step as the call logged before it
+    (one model message with several tool calls), so a loaded session rebuilds that message as
+    it was; omitted when unset, so a step's first call keeps the seed's byte-identical line.
+    """
 
     TYPE: ClassVar[str] = "tool/call"
     call_id: str
     tool_name: str
     input: dict[str, Any]
+    same_step: bool = False
 
 
 @attrs.frozen(kw_only=True)
 class ToolResulted(Event):
-    """What the model was told a tool call produced; ``is_error`` marks ``Error: …`` results."""
+    """What the model was told a tool call produced.
+
+    ``is_error`` marks ``Error: …`` results (a denial, a tool error); ``failed`` a call that ran
+    but did not succeed (a non-zero exit, a time limit), whose output is shown as is. Both are
+    omitted when unset. A front end shows either as a failed call, live and on replay.
+    """
 
     TYPE: ClassVar[str] = "tool/result"
     call_id: str
     output: str
     is_error: bool = False
+    failed: bool = False
 
 
 @attrs.frozen(kw_only=True)

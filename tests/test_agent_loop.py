@@ -269,7 +269,7 @@ def test_toml_scenarios(tmp_path: pathlib.Path) -> None:
         (
             '{"name": "t", "steps": [{"txt": "hi"}]}',
             r"^scenario '.*s\.json' is malformed: unexpected keys \(txt\): expected only text, "
-            r"toolCalls @ \$\.steps\[0\]$",
+            r"toolCalls, expect @ \$\.steps\[0\]$",
         ),
         (
             '{"steps": []}',

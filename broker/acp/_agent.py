@@ -29,12 +29,14 @@ import trio
 from .. import __version__
 from .._collapse import collapse_single
 from .._errors import ResumeError
-from .._events import AgentMessage, Event, ToolCalled, ToolResulted, UserMessage
+from .._events import Event
 from .._signal import AbortSignal
 from ..agent._loop import LoopObserver, StopReason
+from ..store._protocol import SessionOwnedError
 from ..tools._call import ToolCall as RuntimeToolCall
-from ._answerer import AcpAnswerer, describe_tool_call
+from ._answerer import AcpAnswerer
 from ._errors import ConnectionClosed, ErrorCode, JsonRpcError, WireDecodeError
+from ._replay import replay, tool_call_finished, tool_call_started
 from ._wire import (
     PROTOCOL_VERSION,
     AcpMethod,
@@ -54,11 +56,6 @@ from ._wire import (
     SessionNotification,
     SessionUpdate,
     TextContent,
-    ToolCall,
-    ToolCallContentBlock,
-    ToolCallStatus,
-    ToolCallUpdate,
-    UserMessageChunk,
     from_wire,
     params_from_wire,
     to_wire,
@@ -129,49 +126,13 @@ class _Updates(LoopObserver):
     async def on_tool_call(self, call: RuntimeToolCall) -> None:
         # Before any gate or approval: the answerer finds the call here while it asks.
         self.calls[call.id] = call
-        await self._send(_tool_call(call))
+        await self._send(tool_call_started(call))
 
     async def on_tool_result(self, call: RuntimeToolCall, result: ToolResult) -> None:
         self.calls.pop(call.id, None)
-        await self._send(_tool_result(call.id, result.output, result.is_error or result.failed))
-
-
-def _tool_call(call: RuntimeToolCall) -> ToolCall:
-    title, kind = describe_tool_call(call)
-    return ToolCall(
-        tool_call_id=call.id,
-        title=title,
-        kind=kind,
-        status=ToolCallStatus.PENDING,
-        raw_input=call.arguments,
-    )
-
-
-def _tool_result(call_id: str, output: str, failed: bool) -> ToolCallUpdate:
-    return ToolCallUpdate(
-        tool_call_id=call_id,
-        status=ToolCallStatus.FAILED if failed else ToolCallStatus.COMPLETED,
-        content=(ToolCallContentBlock(content=TextContent(text=output)),),
-    )
-
-
-def _replayed(event: Event) -> SessionUpdate | None:
-    """The ``session/update`` that shows *event* again when a session is loaded, if any.
-
-    Sourced user messages (policy-switch notices) were for the model, not typed by the user:
-    they are not replayed. Approval and turn events are audit records, not conversation.
-    """
-    if isinstance(event, UserMessage):
-        return None if event.source else UserMessageChunk(content=TextContent(text=event.text))
-    if isinstance(event, AgentMessage):
-        return AgentMessageChunk(content=TextContent(text=event.text))
-    if isinstance(event, ToolCalled):
-        call = RuntimeToolCall(id=event.call_id, name=event.tool_name, arguments=event.input)
-        return _tool_call(call)
-    if isinstance(event, ToolResulted):
-        # A failed command without a tool error is not recorded apart: is_error is what is kept.
-        return _tool_result(event.call_id, event.output, event.is_error)
-    return None
+        await self._send(
+            tool_call_finished(call.id, result.output, result.is_error or result.failed)
+        )
 
 
 @attrs.define(eq=False)
@@ -224,39 +185,67 @@ class AcpAgent:
         return to_wire(NewSessionResponse(session_id=session.id))
 
     async def _load_session(self, params: Any) -> Any:
-        """``session/load``: resume a stored session by id and replay its conversation.
+        """``session/load``: resume a stored session by id and replay what happened in it.
 
         The history goes to the client as ``session/update`` notifications, in log order,
-        before the (empty) result, as the ACP spec asks. An id the store does not hold, or a
-        session open already, is invalid params naming the id.
+        before the (empty) result, as the ACP spec asks (see :mod:`._replay`); the session's
+        agent loop starts from the conversation its log records, so the model goes on where
+        it was. A malformed id, an id the store does not hold, or a session open already is
+        invalid params naming the problem, the id shortened.
         """
         request = params_from_wire(LoadSessionRequest, params)
+        session_id = _checked_session_id(request.session_id)
         workspace = await _workspace(request.cwd)
         _ignore_mcp("session/load", request.mcp_servers)
+        self._check_loadable(session_id)
         try:
-            session = await self.broker.start_session(resume=request.session_id)
+            session = await self.broker.start_session(resume=session_id)
+        except SessionOwnedError as exc:
+            raise JsonRpcError(
+                ErrorCode.INVALID_PARAMS,
+                f"invalid params: sessionId {_short(session_id)!r} is held by another broker "
+                f"process ({exc}): load it there, or wait until that process ends",
+            ) from exc
         except ResumeError as exc:
-            raise JsonRpcError(ErrorCode.INVALID_PARAMS, f"invalid params: {exc}") from exc
-        await self._attach(session, workspace)
-        for event in await self.broker.store.read(session.id):
-            update = _replayed(event)
-            if update is not None:
-                notification = SessionNotification(session_id=session.id, update=update)
-                await self.connection.notify(AcpMethod.SESSION_UPDATE, to_wire(notification))
+            raise JsonRpcError(ErrorCode.INVALID_PARAMS, _resume_refused(session_id)) from exc
+        events = await self.broker.store.read(session.id)
+        await self._attach(session, workspace, history=events)
+        for update in replay(events):
+            notification = SessionNotification(session_id=session.id, update=update)
+            await self.connection.notify(AcpMethod.SESSION_UPDATE, to_wire(notification))
         return to_wire(LoadSessionResponse())
 
-    async def _attach(self, session: Session, workspace: pathlib.Path) -> None:
-        """Give *session* its loop and its ACP answerer, and put it in this connection's map.
+    def _check_loadable(self, session_id: str) -> None:
+        if session_id in self.sessions and self.sessions[session_id].session.is_open:
+            raise JsonRpcError(
+                ErrorCode.INVALID_PARAMS,
+                f"invalid params: sessionId {_short(session_id)!r} is already loaded on this "
+                "connection: send session/prompt to it",
+            )
+        if any(open_.id == session_id for open_ in self.broker.sessions):
+            raise JsonRpcError(
+                ErrorCode.INVALID_PARAMS,
+                f"invalid params: sessionId {_short(session_id)!r} is in use by another "
+                "connection to this agent: close that connection first, then load it",
+            )
+
+    async def _attach(
+        self, session: Session, workspace: pathlib.Path, *, history: Sequence[Event] = ()
+    ) -> None:
+        """Give *session* its loop (its conversation restored from *history*) and its ACP
+        answerer, and put it in this connection's map.
 
         If that fails, the session is closed here: it is in no map, so nothing else would.
         """
         try:
-            await self._attach_parts(session, workspace)
+            await self._attach_parts(session, workspace, history)
         except BaseException:
             await session.aclose()
             raise
 
-    async def _attach_parts(self, session: Session, workspace: pathlib.Path) -> None:
+    async def _attach_parts(
+        self, session: Session, workspace: pathlib.Path, history: Sequence[Event]
+    ) -> None:
         updates = _Updates(connection=self.connection, session_id=session.id)
         loop = self.composition.build_loop(
             broker=self.broker,
@@ -265,6 +254,7 @@ class AcpAgent:
             executor=self.executor,
             observer=updates,
         )
+        loop.restore(history)
         answerer = AcpAnswerer(
             connection=self.connection,
             acp_session_id=session.id,
@@ -295,7 +285,7 @@ class AcpAgent:
         if acp.prompt_signal is not None:
             raise JsonRpcError(
                 ErrorCode.INVALID_REQUEST,
-                f"session {request.session_id} already has a prompt running: wait for its "
+                f"session {_short(request.session_id)} already has a prompt running: wait for its "
                 "response or send session/cancel",
             )
         parts = []
@@ -322,7 +312,7 @@ class AcpAgent:
             return
         acp = self.sessions.get(request.session_id)
         if acp is None:
-            log.warning("session/cancel for unknown session %s ignored", request.session_id)
+            log.warning("session/cancel for unknown session %r ignored", _short(request.session_id))
             return
         # Every pending question of the prompt settles `cancelled`; the prompt answers
         # stopReason "cancelled" — also a prompt whose handler has not started yet.
@@ -336,7 +326,8 @@ class AcpAgent:
         if acp is None or not acp.session.is_open:
             raise JsonRpcError(
                 ErrorCode.INVALID_PARAMS,
-                f"invalid params: unknown sessionId {session_id!r}: create one with session/new",
+                f"invalid params: unknown sessionId {_short(session_id)!r}: create one with "
+                "session/new, or load a stored one with session/load",
             )
         return acp
 
@@ -352,6 +343,41 @@ class AcpAgent:
         self.sessions.clear()
         # Never raises Cancelled: serve_acp calls this in ``finally`` (see Session.aclose).
         await trio.lowlevel.cancel_shielded_checkpoint()
+
+
+#: The longest ``sessionId`` accepted (ids the broker mints are 36-character UUIDs).
+MAX_SESSION_ID = 256
+#: How much of a bad or unknown id an error message repeats.
+_SHOWN = 40
+
+
+def _short(value: str) -> str:
+    """*value* as an error message repeats it: at most ``_SHOWN`` characters, then the length."""
+    return value if len(value) <= _SHOWN else f"{value[:_SHOWN]}… ({len(value)} characters)"
+
+
+def _checked_session_id(session_id: str) -> str:
+    """*session_id* if it could name a stored session, else ``-32602`` saying what is wrong."""
+    if not session_id:
+        problem = "must not be empty"
+    elif len(session_id) > MAX_SESSION_ID:
+        problem = f"is {len(session_id)} characters long, more than {MAX_SESSION_ID}"
+    elif not session_id.isprintable():
+        problem = "contains control or other unprintable characters"
+    else:
+        return session_id
+    raise JsonRpcError(
+        ErrorCode.INVALID_PARAMS,
+        f"invalid params: sessionId {problem} (got {_short(session_id)!r}): pass the id that "
+        "session/new returned",
+    )
+
+
+def _resume_refused(session_id: str) -> str:
+    return (
+        f"invalid params: sessionId {_short(session_id)!r} is not a session this agent can "
+        "load (not in its store, or not closed cleanly): create one with session/new"
+    )
 
 
 async def _workspace(cwd: str) -> pathlib.Path:

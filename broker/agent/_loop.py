@@ -20,10 +20,14 @@ from .._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from .._events import AgentMessage, ToolCalled, ToolResulted, UserMessage
 from .._signal import is_aborted
 from ..tools._bash import SANDBOX_MODE, BashTool, sandbox_context
+from ._history import conversation_from_log
 from ._model import ContextEntry, Message, ModelRequest
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .._broker import Broker
+    from .._events import Event
     from .._session import Session
     from .._signal import Signal
     from ..tools._call import ToolCall, ToolResult
@@ -91,6 +95,19 @@ class AgentLoop:
                 f"max_steps must be at least 1, got {self.max_steps}: allow at least one step"
             )
 
+    def restore(self, events: Iterable[Event]) -> None:
+        """Start the conversation from the session's log *events* (a loaded session).
+
+        The model's next step then receives the earlier turns as they happened (see
+        :func:`conversation_from_log`). Only a loop that has not prompted yet can be restored.
+        """
+        if self.messages:
+            raise RuntimeError(
+                "restore() needs a loop with an empty conversation: call it once, before the "
+                "first prompt"
+            )
+        self.messages.extend(conversation_from_log(events))
+
     async def prompt(self, text: str, *, signal: Signal | None = None) -> TurnResult:
         """Run one turn for the user's *text*.
 
@@ -117,23 +134,36 @@ class AgentLoop:
                 if response.text:
                     await self.session.record(AgentMessage(text=response.text))
                     await self.observer.on_agent_text(response.text)
-                self.messages.append(
-                    Message(
-                        role="assistant", text=response.text or "", tool_calls=response.tool_calls
+                if response.text or response.tool_calls:
+                    # Invariant: the conversation holds what the log can give back (an empty
+                    # step logs nothing, so it is not a message: see restore()).
+                    self.messages.append(
+                        Message(
+                            role="assistant",
+                            text=response.text or "",
+                            tool_calls=response.tool_calls,
+                        )
                     )
-                )
                 if not response.tool_calls:
                     stop = StopReason.END_TURN
                     break
-                for call in response.tool_calls:
+                for index, call in enumerate(response.tool_calls):
                     await self.session.record(
-                        ToolCalled(call_id=call.id, tool_name=call.name, input=call.arguments)
+                        ToolCalled(
+                            call_id=call.id,
+                            tool_name=call.name,
+                            input=call.arguments,
+                            same_step=index > 0,
+                        )
                     )
                     await self.observer.on_tool_call(call)
                     result = await self.runtime.execute(call, agent=agent, signal=signal)
                     await self.session.record(
                         ToolResulted(
-                            call_id=call.id, output=result.output, is_error=result.is_error
+                            call_id=call.id,
+                            output=result.output,
+                            is_error=result.is_error,
+                            failed=result.failed,
                         )
                     )
                     await self.observer.on_tool_result(call, result)

@@ -14,6 +14,17 @@ Scenario format (JSON shown; TOML has the same shape)::
 
 Each model step replays the next step. A step without tool calls ends the turn. When the script
 runs out the model answers with no text and no tool calls (the turn ends).
+
+A step may state what the model must have been given before it answers: ``"expect"`` lists
+messages (``role`` and any of ``text``, ``callId``, ``source``) that the step's conversation
+must hold, in that order (other messages may come between). A step whose expectation fails
+raises :class:`ScenarioMismatchError` naming the first missing message: a test that asserts
+what the model was given, over any front end.
+
+The model continues where its session's conversation is: at its first step it skips the steps
+whose answers the conversation already holds (one per assistant message), so a session loaded
+from its log goes on with the script instead of starting over; generated call ids
+(``call_<n>``) never repeat one the conversation holds.
 """
 
 from __future__ import annotations
@@ -21,7 +32,8 @@ from __future__ import annotations
 import json
 import pathlib
 import tomllib
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import attrs
 import trio
@@ -30,13 +42,44 @@ from .._cattrs_errors import STRUCTURE_ERRORS, problems
 from .._codec import converter, register_wire_type
 from .._errors import BrokerError
 from ..tools._call import ToolCall
-from ._model import ModelRequest, ModelResponse
+from ._model import Message, ModelRequest, ModelResponse
 
-__all__ = ["Scenario", "ScenarioError", "ScriptedModel", "ScriptedStep", "ScriptedToolCall"]
+__all__ = [
+    "ExpectedMessage",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioMismatchError",
+    "ScriptedModel",
+    "ScriptedStep",
+    "ScriptedToolCall",
+]
 
 
 class ScenarioError(BrokerError, ValueError):
     """A scenario file cannot be read or does not have the scenario shape."""
+
+
+class ScenarioMismatchError(BrokerError, AssertionError):
+    """A scripted step's ``expect`` does not hold for the conversation the model was given."""
+
+
+@attrs.frozen(kw_only=True)
+class ExpectedMessage:
+    """One message a step expects in its conversation; unset fields match anything."""
+
+    role: Literal["user", "assistant", "tool", "context"]
+    text: str | None = None
+    call_id: str | None = None
+    source: str | None = None
+
+    def matches(self, message: Message) -> bool:
+        """Whether *message* is this one (on the fields given)."""
+        return (
+            message.role == self.role
+            and (self.text is None or message.text == self.text)
+            and (self.call_id is None or message.call_id == self.call_id)
+            and (self.source is None or message.source == self.source)
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -50,6 +93,7 @@ class ScriptedToolCall:
 class ScriptedStep:
     text: str | None = None
     tool_calls: tuple[ScriptedToolCall, ...] = ()
+    expect: tuple[ExpectedMessage, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -90,7 +134,7 @@ class Scenario:
             raise ScenarioError(f"scenario {source!r} is malformed: {detail}") from exc
 
 
-for _cls in (ScriptedToolCall, ScriptedStep, Scenario):
+for _cls in (ExpectedMessage, ScriptedToolCall, ScriptedStep, Scenario):
     register_wire_type(_cls)
 
 
@@ -109,16 +153,57 @@ class ScriptedModel:
         return self._next >= len(self.scenario.steps)
 
     async def step(self, request: ModelRequest) -> ModelResponse:
-        """Replay the next step. Cancellation: a plain checkpoint; the step is not consumed."""
+        """Replay the next step. Cancellation: a plain checkpoint; the step is not consumed.
+
+        Raises :class:`ScenarioMismatchError` when the step's ``expect`` does not hold.
+        """
         await trio.lowlevel.checkpoint()
+        if not self.requests:
+            # A loaded session: the steps already answered are in the conversation.
+            answered = sum(1 for m in request.messages if m.role == "assistant")
+            self._next = max(self._next, answered)
         self.requests.append(request)
         if self.exhausted:
             return ModelResponse()
-        step = self.scenario.steps[self._next]
+        index = self._next
+        step = self.scenario.steps[index]
         self._next += 1
+        _check_expectations(self.scenario.name, index, step.expect, request.messages)
+        used = {call.id for m in request.messages for call in m.tool_calls}
         calls = []
         for scripted in step.tool_calls:
-            self._call_counter += 1
-            call_id = scripted.id or f"call_{self._call_counter}"
+            call_id = scripted.id
+            while call_id is None or (scripted.id is None and call_id in used):
+                self._call_counter += 1
+                call_id = f"call_{self._call_counter}"
+            used.add(call_id)
             calls.append(ToolCall(id=call_id, name=scripted.name, arguments=scripted.arguments))
         return ModelResponse(text=step.text, tool_calls=tuple(calls))
+
+
+def _check_expectations(
+    name: str, index: int, expected: Sequence[ExpectedMessage], given: Sequence[Message]
+) -> None:
+    position = 0
+    for wanted in expected:
+        while position < len(given) and not wanted.matches(given[position]):
+            position += 1
+        if position == len(given):
+            raise ScenarioMismatchError(
+                f"scenario {name!r} step {index + 1} expected {_describe(wanted)} in the "
+                f"conversation it was given ({len(given)} messages), in order: it is missing"
+            )
+        position += 1
+
+
+def _describe(wanted: ExpectedMessage) -> str:
+    fields = [f"role={wanted.role!r}"]
+    for key in ("text", "call_id", "source"):
+        value = getattr(wanted, key)
+        if value is not None:
+            fields.append(f"{key}={_short(value)!r}")
+    return "a message with " + ", ".join(fields)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
