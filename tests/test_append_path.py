@@ -205,20 +205,6 @@ async def test_a_fenced_session_fails_closed_and_ends() -> None:
         assert await store.read(session.id) == []
 
 
-async def test_sqlite_refuses_a_submission_that_does_not_follow_its_log(tmp_path: Path) -> None:
-    with trio.fail_after(10):
-        async with open_sqlite_store(tmp_path / "s.db") as store:
-            await store.create_session("s", None)
-            first = [UserMessage(text="one")]
-            await store.submit("s", 0, first, fold_all(first)).wait()
-            stale = store.submit("s", 5, [UserMessage(text="two")], ApprovalState())
-            with pytest.raises(StoreError, match=r"after seq 5, but its log .* ends at seq 1"):
-                await stale.wait()
-            head = await store.head("s")
-            assert (head.seq, head.state) == (1, fold_all(first))
-            assert await store.read("s") == first
-
-
 async def test_a_question_whose_write_failed_yet_landed_is_not_written_over(
     tmp_path: Path,
 ) -> None:
@@ -244,17 +230,6 @@ async def test_a_question_whose_write_failed_yet_landed_is_not_written_over(
                     ]
                     assert len(decided) == 2
     verify_store(path)
-
-
-async def test_sqlite_checkpoints_the_state_it_was_handed_without_folding(tmp_path: Path) -> None:
-    """The writer persists the session's projection as given (no second fold)."""
-    path = tmp_path / "s.db"
-    events = [UserMessage(text="a"), UserMessage(text="b")]
-    handed = attrs.evolve(fold_all(events), turn=7)  # a state no fold of these events gives
-    async with open_sqlite_store(path, checkpoint_every=1) as store:
-        await store.create_session("s", None)
-        await store.submit("s", 0, events, handed).wait()
-        assert (await store.head("s")).state == handed
 
 
 async def test_a_question_decided_without_an_answerer_is_sequenced_with_its_decision() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -96,31 +95,6 @@ async def test_recovery_runs_once(tmp_path: Path) -> None:
         async with open_sqlite_store(path) as store:
             assert store.recovery.clean
             assert store.recovery.summary() == ("recovery: 3 sessions checked, nothing to recover")
-
-
-async def test_a_dangling_ask_whose_decided_failed_is_closed_inside_its_turn(
-    tmp_path: Path,
-) -> None:
-    # The decided append failed; a turn cannot end while its question is pending, so the turn
-    # is still open when the writer stops: recovery closes the ask, then the turn.
-    path = tmp_path / "store.db"
-    with trio.fail_after(10):
-        async with open_sqlite_store(path) as store:
-            await store.append("s", [TurnStart(turn=1)])
-            await store.append("s", [ApprovalAsked(id="q", tool_name="bash")])
-            store.inject_commit_failure(sqlite3.OperationalError("disk I/O error"))
-            with pytest.raises(Exception, match=r"^write to store file"):
-                await store.append("s", [ApprovalDecided(id="q", outcome=Outcome.REJECTED)])
-        async with open_sqlite_store(path) as store:
-            assert store.recovery.sessions == (
-                RecoveredSession(session_id="s", cancelled=("q",), interrupted_turn=1),
-            )
-            events = await store.read("s")
-    assert events[-2:] == [
-        ApprovalDecided(id="q", outcome=Outcome.CANCELLED, recovered=True),
-        TurnEnd(turn=1, reason=TurnEndReason(kind="interrupted")),
-    ]
-    verify_store(path)
 
 
 async def test_a_pending_ask_before_the_checkpoint_is_recovered(tmp_path: Path) -> None:
