@@ -30,7 +30,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # bubblewrap is the real sandbox of the bash tool; Node.js runs the official TypeScript ACP
-# client in the interop tests. Install them once when missing.
+# client in the interop tests; PostgreSQL's server binaries let the tests start a throwaway
+# cluster where no server answers (tests/postgres_server.py). Install them once when missing.
 system-deps:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  echo "installing bubblewrap (Debian package) ..."; \
@@ -38,6 +39,9 @@ system-deps:
 	@command -v npm >/dev/null 2>&1 || { \
 	  echo "installing nodejs and npm (Debian packages) ..."; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nodejs npm; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  echo "installing postgresql (Debian package; the tests start a throwaway cluster) ..."; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql; }
 
 # The official TypeScript ACP SDK, pinned by tests/interop/ts/package-lock.json.
 $(TS_SDK): tests/interop/ts/package-lock.json | system-deps

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
+import pytest
+
 from broker import MemoryStore, encode_event
+
+from .postgres_server import NoServerError, fresh_database, server_dsn, stop_servers
 
 if TYPE_CHECKING:
     from broker import Broker, Event, Session
@@ -25,3 +30,24 @@ def lines_of(broker: Broker, session: Session) -> list[str]:
 def types_of(broker: Broker, session: Session) -> list[str]:
     """The ``type`` tags of *session*'s log, in order."""
     return [event.TYPE for event in log_of(broker, session)]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """A PostgreSQL server's DSN for this test session (see :mod:`tests.postgres_server`)."""
+    try:
+        return server_dsn()
+    except NoServerError as exc:
+        pytest.skip(f"no PostgreSQL server: {exc}")
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database for this test (a ``postgresql://`` URL), dropped after it."""
+    with fresh_database(postgres_server) as dsn:
+        yield dsn
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the throwaway PostgreSQL cluster, if this run started one."""
+    stop_servers()
