@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -12,7 +15,11 @@ from ._signal import AbortSignal, Signal
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["ApprovalRequest"]
+__all__ = ["ApprovalRequest", "asking"]
+
+#: The request whose answerers run in this context, and the id of the question it was put as.
+#: Answerers run in the asking task (decision 0001), so this is theirs to read.
+_ASKING: ContextVar[tuple[ApprovalRequest, str] | None] = ContextVar("broker_asking", default=None)
 
 
 def _check_tool_name(_inst: Any, _attr: Any, value: Any) -> None:
@@ -52,3 +59,28 @@ class ApprovalRequest:
     reason: str | None = attrs.field(default=None, validator=_check_optional_str)
     display_reason: str | None = attrs.field(default=None, validator=_check_optional_str)
     signal: Signal | None = attrs.field(default=None, validator=_check_signal)
+
+    @property
+    def question_id(self) -> str | None:
+        """The id of the question this request was put as — the ``id`` of its
+        ``approval/asked`` and ``approval/decided`` — while its answerers are consulted.
+
+        An answerer (local or remote) names the question it answers by it. It is read from
+        the asking task's context: tasks the answerer starts in a nursery of its own inherit
+        it; it is ``None`` before the question is put, after it settles, and in tasks that
+        were started elsewhere (hand them the id). One request object asked twice at once,
+        from two tasks, shows each answerer its own question's id.
+        """
+        current = _ASKING.get()
+        return current[1] if current is not None and current[0] is self else None
+
+
+@contextlib.contextmanager
+def asking(req: ApprovalRequest, question_id: str) -> Iterator[None]:
+    """While the block runs (the waterfall, in the asking task), ``req.question_id`` is
+    *question_id*."""
+    token = _ASKING.set((req, question_id))
+    try:
+        yield
+    finally:
+        _ASKING.reset(token)

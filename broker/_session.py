@@ -56,6 +56,7 @@ from ._events import (
 from ._flight import Flight, Withdrawal
 from ._ids import new_id
 from ._projection import ApprovalState, fold
+from ._request import asking
 from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
 from ._vocabulary import Delegation, Outcome, Policy
@@ -635,7 +636,8 @@ class Session:
                 asked_submission = await self._sequence_now(put)
                 assert asked_submission is not None  # put always builds
                 await self._durable(asked_submission, schedule=False, shielded=False)
-                outcome, remembered, by_policy = await self._decide(req, flight)
+                with asking(req, request_id):
+                    outcome, remembered, by_policy = await self._decide(req, flight)
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
                     await self._record_cancelled(request_id)

@@ -1,0 +1,107 @@
+"""Answerers see the id of the question they answer: ``req.question_id`` is the ``id`` of the
+question's ``approval/asked`` and ``approval/decided`` while the waterfall runs, and ``None``
+outside it; the log lines stay byte-identical."""
+
+from __future__ import annotations
+
+import trio
+
+from broker import (
+    AnswerNext,
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalRequest,
+    Broker,
+    Outcome,
+    Session,
+)
+
+from .conftest import lines_of, log_of
+
+
+async def test_every_answerer_in_the_chain_sees_the_logged_id(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    seen: list[str | None] = []
+
+    async def gate(req: ApprovalRequest, next_: AnswerNext) -> Outcome:
+        seen.append(req.question_id)
+        return await next_()
+
+    async def terminal(req: ApprovalRequest, _next: AnswerNext) -> Outcome:
+        await trio.lowlevel.checkpoint()
+        seen.append(req.question_id)
+        return Outcome.REJECTED
+
+    approval_session.add_answerer(gate)
+    approval_session.add_answerer(terminal)
+    request = ApprovalRequest(agent=approval_session.agent, tool_name="bash", call_id="c1")
+    assert request.question_id is None
+    with trio.fail_after(5):
+        async with approval_session.turn():
+            decision = await approval_broker.request_decision(request)
+    assert request.question_id is None
+    asked, decided = log_of(approval_broker, approval_session)[1:3]
+    assert isinstance(asked, ApprovalAsked)
+    assert isinstance(decided, ApprovalDecided)
+    assert seen == [asked.id, asked.id]
+    assert decided.id == asked.id == decision.id
+    # The seed-compatible lines are unchanged: no new key.
+    assert lines_of(approval_broker, approval_session)[1] == (
+        f'{{"type":"approval/asked","data":{{"id":"{asked.id}","toolName":"bash","callId":"c1"}}}}'
+    )
+
+
+async def test_one_request_asked_twice_at_once_shows_each_its_own_id(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    seen: list[str | None] = []
+    both_asked = trio.Event()
+
+    async def answerer(req: ApprovalRequest, _next: AnswerNext) -> Outcome:
+        seen.append(req.question_id)
+        if len(seen) == 2:
+            both_asked.set()
+        await both_asked.wait()
+        # Still this task's own question after the other one was put.
+        seen.append(req.question_id)
+        return Outcome.ALLOWED_ONCE
+
+    approval_session.add_answerer(answerer)
+    request = ApprovalRequest(agent=approval_session.agent, tool_name="bash")
+    ids: list[str] = []
+
+    async def ask() -> None:
+        ids.append((await approval_broker.request_decision(request)).id)
+
+    with trio.fail_after(5):
+        async with approval_session.turn(), trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            nursery.start_soon(ask)
+    assert len(set(ids)) == 2
+    assert sorted(str(s) for s in seen) == sorted(ids * 2)
+    assert set(seen[:2]) == set(ids)
+
+
+async def test_a_task_in_the_answerers_own_nursery_sees_it(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    inside: list[str | None] = []
+
+    async def answerer(req: ApprovalRequest, _next: AnswerNext) -> Outcome:
+        async def look() -> None:
+            await trio.lowlevel.checkpoint()
+            inside.append(req.question_id)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(look)
+        return Outcome.REJECTED
+
+    approval_session.add_answerer(answerer)
+    with trio.fail_after(5):
+        async with approval_session.turn():
+            await approval_broker.request(
+                ApprovalRequest(agent=approval_session.agent, tool_name="bash")
+            )
+    # A child task inherits the context it was started in: the asking task's, so it sees it.
+    assert inside == [log_of(approval_broker, approval_session)[1].id]  # type: ignore[attr-defined]
