@@ -49,7 +49,7 @@ from broker._events import (
 )
 from broker._vocabulary import Outcome, Policy
 from broker.store._chain import GENESIS, chain_hash
-from broker.store._sqlite import SqliteStore, open_sqlite_store
+from broker.store.sqlite import SqliteStore, open_sqlite_store
 
 _EVENTS_DDL = """CREATE TABLE events (
     session_id TEXT NOT NULL, seq INTEGER NOT NULL, ts_ms INTEGER NOT NULL, line TEXT NOT NULL,

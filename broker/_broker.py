@@ -27,8 +27,9 @@ from ._session import Session
 from ._texts import DELEGATION_STATEMENT, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .store._memory import MemoryStore
+from .store._open import open_store
 from .store._protocol import SessionOwnedError, StoreError
-from .store._sqlite import open_sqlite_store
+from .store._url import parse_store_url
 
 if TYPE_CHECKING:
     from .store._protocol import EventStore
@@ -499,8 +500,8 @@ class Broker:
 
 
 def _describe_store(store: EventStore) -> str:
-    path = getattr(store, "path", None)
-    return f"store file '{path}'" if isinstance(path, str) else f"the store {store!r}"
+    where = getattr(store, "where", None)  # a durable store's own words: "store file '…'"
+    return where if isinstance(where, str) else f"the store {store!r}"
 
 
 @asynccontextmanager
@@ -522,9 +523,12 @@ async def open_broker(
                 )   # Outcome.UNAVAILABLE: no answerer, fail closed
 
     Settings are validated before anything starts: an unknown *policy* raises the spec's
-    ``approval policy must be one of "ask" or "never"``. *store* is the event log: a path opens
-    the durable SQLite store there (recovering it if needed; owned and closed by the broker);
-    ``None`` a fresh :class:`MemoryStore` (owned; for tests); a store object stays yours.
+    ``approval policy must be one of "ask" or "never"``. *store* is the event log: a file path
+    or ``sqlite:///PATH`` opens the durable SQLite store there, ``postgresql://…`` (or
+    ``postgres://…``) the PostgreSQL store (either recovered if needed; owned and closed by the
+    broker; anything else raises :class:`~broker.store.StoreUrlError`, a :class:`ValueError`
+    naming the accepted forms); ``None`` a fresh :class:`MemoryStore` (owned; for tests); a
+    store object stays yours.
 
     Cancellation: on exit (also when cancelled) every session is closed in the documented
     order, shielded and bounded by *settle_grace*, then the root nursery is cancelled.
@@ -532,6 +536,8 @@ async def open_broker(
     default = parse_policy(policy)
     mode = _parse_delegation(delegation)
     grace = _check_grace(settle_grace)
+    if isinstance(store, str | os.PathLike):
+        parse_store_url(store)  # a bad URL is refused before anything starts
     with collapse_single():
         async with _run_broker(default, store, mode, grace) as broker:
             yield broker
@@ -550,7 +556,7 @@ async def _run_broker(
             the_store = MemoryStore()
             owned.push_async_callback(_close_shielded, the_store)
         elif isinstance(store, str | os.PathLike):
-            the_store = await owned.enter_async_context(open_sqlite_store(store))
+            the_store = await owned.enter_async_context(open_store(store))
         else:
             the_store = store
         async with trio.open_nursery() as nursery:

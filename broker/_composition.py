@@ -28,6 +28,13 @@ from .hooks._bridge import HookBridge
 from .hooks._gate import HookGate
 from .hooks._settings import HookSettings
 from .scenarios import scenario_path
+from .store._url import (
+    ACCEPTED_STORE_FORMS,
+    PostgresUrl,
+    StoreUrlError,
+    parse_store_url,
+    redact_dsn,
+)
 from .tools._bash import BashTool
 from .tools._runtime import ToolRuntime
 from .tools._sandbox import BubblewrapExecutor, CommandLimits, PlainExecutor, SandboxMode
@@ -52,7 +59,8 @@ class Composition:
 
     ``sandbox`` is the default mode of every session's ``bash`` tool, or ``"none"`` for no
     sandbox at all (every command runs unconfined; escalation is unavailable). ``store`` is the
-    SQLite log path (``None``: in memory). ``permission_deadline`` bounds how long the ACP
+    log: a SQLite file path, a PostgreSQL URL (``postgresql://…``, a string), or ``None`` (in
+    memory). ``permission_deadline`` bounds how long the ACP
     answerer waits for a client's answer before the question resolves ``unavailable``.
     """
 
@@ -60,7 +68,7 @@ class Composition:
     delegation: Delegation = Delegation.PIN_NEVER
     sandbox: SandboxMode | None = SandboxMode.READ_ONLY
     scenario: Scenario
-    store: pathlib.Path | None = None
+    store: pathlib.Path | str | None = None
     hooks: HookSettings | None = None
     permission_deadline: float = DEFAULT_PERMISSION_DEADLINE
     allow_always: bool = False
@@ -78,9 +86,10 @@ class Composition:
         """Read a TOML composition file (optional), then apply *overrides* (CLI flags).
 
         Keys: ``policy``, ``delegation``, ``sandbox``, ``scenario`` (a file path or a built-in
-        name), ``store``, ``hooks`` (a Claude Code settings file), ``permission_deadline``,
-        ``allow_always``, ``max_steps``, ``command_time_limit``. Relative paths in the file are
-        resolved against the file's directory. *default_store* applies when neither the file
+        name), ``store`` (a file path, ``sqlite:///PATH`` or ``postgresql://…``), ``hooks`` (a
+        Claude Code settings file), ``permission_deadline``, ``allow_always``, ``max_steps``,
+        ``command_time_limit``. Relative paths in the file are resolved against the file's
+        directory. *default_store* applies when neither the file
         nor the overrides name a store (``":memory:"`` names none).
 
         A bad value raises :class:`CompositionError` naming the file, the key and what is
@@ -160,6 +169,9 @@ Seconds = NewType("Seconds", float)
 Count = NewType("Count", int)
 #: A path as written (relative ones are resolved against the config file's directory).
 PathText = NewType("PathText", str)
+#: A store as written: a path (resolved like :data:`PathText`), ``sqlite:///PATH``,
+#: ``postgresql://…``, or ``":memory:"``.
+StoreText = NewType("StoreText", str)
 #: A :class:`SandboxMode` value, or ``"none"`` for no sandbox.
 SandboxChoice = NewType("SandboxChoice", str)
 
@@ -179,7 +191,7 @@ class _Settings:
     delegation: Delegation = Delegation.PIN_NEVER
     sandbox: SandboxChoice = SandboxChoice(SandboxMode.READ_ONLY.value)
     scenario: PathText = PathText("escalation")
-    store: PathText | None = None
+    store: StoreText | None = None
     hooks: PathText | None = None
     permission_deadline: Seconds = Seconds(DEFAULT_PERMISSION_DEADLINE)
     allow_always: bool = False
@@ -205,13 +217,19 @@ class _Settings:
             delegation=self.delegation,
             sandbox=None if self.sandbox == _NO_SANDBOX else SandboxMode(self.sandbox),
             scenario=Scenario.from_file(scenario_file),
-            store=None if self.store in (None, "", ":memory:") else resolve(self.store),
+            store=self._store(resolve),
             hooks=HookSettings.from_file(resolve(self.hooks)) if self.hooks else None,
             permission_deadline=self.permission_deadline,
             allow_always=self.allow_always,
             max_steps=self.max_steps,
             command_time_limit=self.command_time_limit,
         )
+
+    def _store(self, resolve: Callable[[str], pathlib.Path]) -> pathlib.Path | str | None:
+        if self.store in (None, "", ":memory:"):
+            return None
+        where = parse_store_url(self.store)  # checked when structured: cannot fail here
+        return where.dsn if isinstance(where, PostgresUrl) else resolve(where.path)
 
 
 def _shown(value: object) -> str:
@@ -259,6 +277,19 @@ def _path(value: object, _type: Any) -> str:
     return value
 
 
+def _store(value: object, type_: Any) -> str:
+    text = _path(value, type_)
+    if text in ("", ":memory:"):
+        return text
+    try:
+        parse_store_url(text)
+    except StoreUrlError:
+        raise StructureProblem(
+            f'expected ":memory:", {ACCEPTED_STORE_FORMS}, got {_shown(redact_dsn(text))}'
+        ) from None
+    return text
+
+
 def _boolean(value: object, _type: Any) -> bool:
     if not isinstance(value, bool):
         raise StructureProblem(f"expected true or false, got {_shown(value)}")
@@ -284,6 +315,7 @@ def _make_settings_converter() -> cattrs.Converter:
     converter.register_structure_hook(Seconds, _seconds)
     converter.register_structure_hook(Count, _count)
     converter.register_structure_hook(PathText, _path)
+    converter.register_structure_hook(StoreText, _store)
     converter.register_structure_hook(bool, _boolean)
     return converter
 

@@ -28,11 +28,11 @@ from broker._events import (
     TurnStart,
 )
 from broker._vocabulary import Outcome, Policy
-from broker.store._sqlite import open_sqlite_store
+from broker.store.sqlite import open_sqlite_store
 
 if TYPE_CHECKING:
     from broker._events import Event
-    from broker.store._sqlite import SqliteStore
+    from broker.store.sqlite import SqliteStore
 
 SESSIONS = 6
 MAX_SECONDS = 30

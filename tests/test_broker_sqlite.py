@@ -17,7 +17,7 @@ from broker import (
 )
 from broker.store import StoreOpenError, open_sqlite_reader
 from broker.store._logtools import verify_store
-from broker.store._sqlite import SqliteStore
+from broker.store.sqlite import SqliteStore
 
 
 async def allow(_r: ApprovalRequest, _n: AnswerNext) -> Outcome:

@@ -16,7 +16,7 @@ import trio
 from broker import __version__
 from broker._events import TurnEnd, TurnEndReason, TurnStart
 from broker.cli import build_parser
-from broker.store._sqlite import open_sqlite_store
+from broker.store.sqlite import open_sqlite_store
 
 
 def broker(

@@ -21,7 +21,7 @@ from broker._events import (
 )
 from broker._vocabulary import Outcome
 from broker.cli import _log
-from broker.store._sqlite import open_sqlite_store
+from broker.store.sqlite import open_sqlite_store
 
 EVENTS: list[Event] = [
     TurnStart(turn=1),

@@ -22,6 +22,7 @@ from broker._events import (
     TurnStart,
 )
 from broker._vocabulary import Outcome, Policy
+from broker.store import StoreOpenError
 from broker.store._chain import chain_hash
 from broker.store._logtools import (
     ImportLineError,
@@ -38,9 +39,8 @@ from broker.store._logtools import (
     show_session,
     verify_store,
 )
-from broker.store._sqlite import open_sqlite_store
-from broker.store._sqlite_schema import StoreOpenError
-from broker.store._sqlite_stage import SessionExistsError
+from broker.store._stage import SessionExistsError
+from broker.store.sqlite import open_sqlite_store
 
 COMPLETED = TurnEndReason(kind="completed")
 GOOD: list[Event] = [

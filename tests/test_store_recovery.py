@@ -29,8 +29,7 @@ from broker._projection import ApprovalState
 from broker._vocabulary import Outcome
 from broker.store._logtools import verify_store
 from broker.store._recovery import RecoveredSession, RecoveryReport, recovery_events
-from broker.store._sqlite import open_sqlite_store
-from broker.store._sqlite_reader import open_sqlite_reader
+from broker.store.sqlite import open_sqlite_reader, open_sqlite_store
 
 WORKLOAD = Path(__file__).with_name("crash_workload.py")
 INTERRUPTED = TurnEndReason(kind="interrupted")

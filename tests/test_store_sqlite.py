@@ -36,14 +36,13 @@ from broker._events import (
 )
 from broker._projection import fold_all
 from broker._vocabulary import Outcome, Policy
-from broker.store import _sqlite_writer
+from broker.store import StoreLockedError, StoreOpenError
 from broker.store._checkpoint import PROJECTION_FINGERPRINT, decode_state, encode_state
 from broker.store._logtools import verify_store
 from broker.store._protocol import StoreError
-from broker.store._sqlite import open_sqlite_store
-from broker.store._sqlite_reader import open_sqlite_reader
-from broker.store._sqlite_schema import StoreLockedError, StoreOpenError
-from broker.store._sqlite_stage import SessionExistsError
+from broker.store._stage import SessionExistsError
+from broker.store.sqlite import _backend as _sqlite_writer
+from broker.store.sqlite import open_sqlite_reader, open_sqlite_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -633,8 +632,8 @@ async def test_a_second_writer_in_the_same_process_gets_a_lock_error(db: Path) -
 async def test_a_writer_in_another_process_gets_a_lock_error(db: Path) -> None:
     script = (
         "import sys, trio\n"
-        "from broker.store._sqlite import open_sqlite_store\n"
-        "from broker.store._sqlite_schema import StoreLockedError\n"
+        "from broker.store.sqlite import open_sqlite_store\n"
+        "from broker.store import StoreLockedError\n"
         "async def main():\n"
         "    try:\n"
         "        async with open_sqlite_store(sys.argv[1]):\n"

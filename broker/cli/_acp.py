@@ -24,6 +24,7 @@ from ..acp._agent import serve_acp
 from ..acp._jsonrpc import Direction, Frame, JsonRpcConnection
 from ..agent._scripted import ScenarioError
 from ..hooks._settings import HookSettingsError
+from ..store._url import redact_dsn
 from ..tools._sandbox import SandboxUnavailableError
 from ._numbers import positive_seconds
 from ._signals import run_until_signalled
@@ -61,8 +62,9 @@ def register(sub: _Sub) -> None:
     parser.add_argument("--scenario", help="scenario file (.json/.toml) or built-in name")
     parser.add_argument(
         "--store",
-        help="SQLite session log path; ':memory:' for none (default: a new file per process "
-        "under $XDG_STATE_HOME/broker/, so several agents never contend for one log)",
+        help="session log: a SQLite file path (or sqlite:///PATH), a postgresql:// URL, or "
+        "':memory:' for none (default: a new SQLite file per process under "
+        "$XDG_STATE_HOME/broker/, so several agents never contend for one log)",
     )
     parser.add_argument("--hooks", help="Claude Code settings file with PreToolUse hooks")
     parser.add_argument(
@@ -140,9 +142,12 @@ async def _serve(composition: Composition, trace: pathlib.Path | None = None) ->
         print(f"broker acp: {exc}", file=sys.stderr)
         await trio.lowlevel.checkpoint()
         return 2
-    if composition.store is not None:
-        await trio.Path(composition.store).parent.mkdir(parents=True, exist_ok=True)
-        logging.getLogger("broker.acp").info("session log: %s", composition.store)
+    store = composition.store
+    if isinstance(store, pathlib.Path):
+        await trio.Path(store).parent.mkdir(parents=True, exist_ok=True)
+        logging.getLogger("broker.acp").info("session log: %s", store)
+    elif store is not None:  # a PostgreSQL URL: never log its password
+        logging.getLogger("broker.acp").info("session log: %s", redact_dsn(store))
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     stdout = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
     with contextlib.ExitStack() as files:

@@ -26,7 +26,7 @@ from ..agent._scripted import ScenarioError
 from ..hooks._settings import HookSettingsError
 from ..store._logtools import ImportLineError, LogToolError, VerifyError
 from ..store._protocol import StoreError
-from ..store._sqlite_stage import SessionExistsError
+from ..store._stage import SessionExistsError
 from ..tools._sandbox import SandboxUnavailableError
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "run_command"]

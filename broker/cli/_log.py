@@ -39,7 +39,7 @@ from ..store._logtools import (
     verify_store,
 )
 from ..store._protocol import StoreError
-from ..store._sqlite_stage import SessionExistsError
+from ..store._stage import SessionExistsError
 from ._errors import database_error
 
 if TYPE_CHECKING:

@@ -37,13 +37,13 @@ from ._checkpoint import (
 )
 from ._invariants import SessionChecker, Violation
 from ._protocol import StoreError
-from ._sqlite import open_sqlite_store
-from ._sqlite_reader import open_sqlite_reader
+from .sqlite._reader import open_sqlite_reader
+from .sqlite._store import open_sqlite_store
 
 if TYPE_CHECKING:
     from .._events import Event
     from ._recovery import RecoveryReport
-    from ._sqlite_reader import SessionInfo, SqliteReader, StoredCheckpoint
+    from .sqlite._reader import SessionInfo, SqliteReader, StoredCheckpoint
 
 __all__ = [
     "ExportSummary",

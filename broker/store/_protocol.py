@@ -33,11 +33,17 @@ __all__ = [
     "SessionRecord",
     "StoreError",
     "StoreHead",
+    "StoreOpenError",
 ]
 
 
 class StoreError(BrokerError):
     """An append or read could not be completed; nothing about it was acknowledged."""
+
+
+class StoreOpenError(StoreError):
+    """A store could not be opened (a file that is not a broker store, a server that does not
+    answer, a schema of a newer version); nothing in it was changed."""
 
 
 class SessionFencedError(StoreError):

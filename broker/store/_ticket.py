@@ -1,7 +1,7 @@
 """The :class:`~broker.store._protocol.Durability` tickets the stores hand out.
 
-A ticket is resolved once and wakes its one waiter; the SQLite writer's queued requests
-(:mod:`broker.store._sqlite_requests`) are tickets too.
+A ticket is resolved once and wakes its one waiter; the writer's queued requests
+(:mod:`broker.store._requests`) are tickets too.
 """
 
 from __future__ import annotations

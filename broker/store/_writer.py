@@ -1,17 +1,20 @@
-"""The writer actor of a SQLite store: one trio task, one thread, one connection, group commit.
+"""The writer actor of a durable store: one trio task, one thread, one connection, group commit.
+
+Store-neutral: everything below but the SQL and the connection, which a
+:class:`~broker.store._backend.Backend` supplies (SQLite: :mod:`broker.store.sqlite`).
 
 Synopsis (what :func:`broker.store.open_sqlite_store` does)::
 
-    writer = SqliteWriter(path=..., synchronous="FULL", checkpoint_every=256, inbox_size=1024)
-    await writer.open()                      # locks, opens, recovers (raises StoreOpenError)
+    writer = GroupWriter(backend=SqliteBackend(...), checkpoint_every=256, inbox_size=1024)
+    await writer.open()                      # connects, loads heads, recovers (StoreOpenError)
     nursery.start_soon(writer.run)           # the actor
     await writer.call(AppendRequest(...))    # from any task; returns once committed
     writer.close_inbox(); await writer.wait_closed()
 
 Group commit: the actor takes one request from its bounded inbox, then everything else already
-queued (up to ``inbox_size``), stages all of it on the trio thread (:mod:`._sqlite_stage`:
+queued (up to ``inbox_size``), stages all of it on the trio thread (:mod:`._stage`:
 sequence numbers, hash chain, heads, checkpoints) and hands it to its worker thread as ONE
-transaction (:mod:`._sqlite_jobs`). It does not wait for that transaction: it goes on
+transaction (:meth:`Backend.write`). It does not wait for that transaction: it goes on
 receiving and staging the next group on top of it (pipelining) and queues that group on the
 thread behind it (``chained``), so the thread starts it the moment the first committed, with no
 trip through the trio thread (busy waking that group's callers) in between; if the first failed,
@@ -19,18 +22,16 @@ the thread skips it. Requests that arrive while a transaction is being written t
 the next one. When the thread is idle and at
 least ``2 * _SPLIT_MIN`` requests wait, the actor commits half of them first, so that staging
 the other half overlaps that commit. Each request is resolved only after its group's COMMIT
-returned — with ``synchronous=FULL`` that is after fsync — by the completion callback on the
-trio thread. If a group fails, a group staged on top of it is staged again from what is
-committed, before it is written.
+returned — durable by then (SQLite ``synchronous=FULL``: after fsync) — by the completion
+callback on the trio thread. If a group fails, a group staged on top of it is staged again from
+what is committed, before it is written.
 
-The worker writes a group as ONE SQL statement (an INSERT into a connection-local view whose
-trigger reads the group from JSON arrays, made on the trio thread), so SQLite holds no GIL from
-the start of the group to its COMMIT and the trio thread stages the next group in parallel; it
-hands each job over with a brief GIL-released wait (:meth:`WorkerThread.submit`, ``handoff``).
-An SQLite without JSON functions, or a group with a NUL in a session id, is written statement
-by statement.
+What the worker thread needs is made on the trio thread (:meth:`Backend.prepare`), so the
+worker holds the GIL only briefly while the driver writes the group in C; the actor hands each
+job over with a brief GIL-released wait (:meth:`WorkerThread.submit`, ``handoff``).
 
-Containment: an ``sqlite3.Error`` in a group (a full disk, an I/O error) rolls the group back,
+Containment: one of the backend's ``io_errors`` in a group (a full disk, an I/O error) rolls
+the group back,
 fails exactly that group's requests with :class:`StoreError`, and the actor carries on with the
 next group. If the connection cannot even be rolled back or re-read, the writer turns *broken*:
 every later request fails at once with :class:`StoreError` (it never hangs a caller). Any other
@@ -41,8 +42,6 @@ in the actor itself fails its group and everything queued, then propagates to th
 from __future__ import annotations
 
 import functools
-import os
-import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -52,49 +51,43 @@ import trio
 
 from .._codec import encode_event
 from .._projection import ApprovalState
+from ._backend import ConnectionLost
 from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
-from ._protocol import StoreError, StoreHead
+from ._plan import Plan
+from ._protocol import StoreError, StoreHead, StoreOpenError
 from ._recovery import RecoveredSession, RecoveryReport, recovery_events
-from ._sqlite_group import Plan, group_parameters, install_group_write, nul_free
-from ._sqlite_jobs import ConnectionLost, read_sessions, reread_heads, write_group
-from ._sqlite_load import load_heads, pending_in_log_order
-from ._sqlite_requests import (
+from ._requests import (
     AppendRequest,
     HeadRequest,
     ReadRequest,
     Request,
     wall_clock_ms,
 )
-from ._sqlite_schema import StoreOpenError, Synchronous, check_writer_path, connect_writer
-from ._sqlite_stage import Job, empty_job, stage_group
+from ._stage import Job, empty_job, stage_group
 from ._worker_thread import JobSkipped, WorkerThread
-from ._writer_lock import WriterLock
 
 if TYPE_CHECKING:
-    from ._sqlite_load import SessionHead
+    from ._backend import Backend
+    from ._heads import SessionHead
 
-__all__ = ["SqliteWriter"]
+__all__ = ["GroupWriter"]
 
 # Split a crowd of at least twice this many waiting requests over two transactions.
 _SPLIT_MIN = 64
-# Write a group as one statement from this many rows on: the trigger costs ~40 us more per
-# transaction than plain statements, which a few rows do not win back.
-_ONE_STATEMENT_MIN_ROWS = 16
 # Hand a job over to the worker (WorkerThread.submit) when the last group woke this many callers.
 _HANDOFF_MIN = 8
 
 
 @attrs.define(eq=False)
-class SqliteWriter:
-    """The actor that owns one store file: its lock, its connection (on its thread), its inbox.
+class GroupWriter:
+    """The actor that owns one store: its backend's connection (on its thread), its inbox.
 
     Teardown order: :meth:`close_inbox` → the actor writes every request already queued →
-    writes final checkpoints → closes the connection on its thread → stops the thread →
-    releases the lock → :meth:`wait_closed` returns.
+    writes final checkpoints → closes the connection on its thread (releasing what the backend
+    holds, e.g. SQLite's file lock) → stops the thread → :meth:`wait_closed` returns.
     """
 
-    path: str
-    synchronous: Synchronous
+    backend: Backend
     checkpoint_every: int
     inbox_size: int
     clock_ms: Callable[[], int] = wall_clock_ms
@@ -104,9 +97,7 @@ class SqliteWriter:
     _send: trio.MemorySendChannel[Request] = attrs.field(init=False)
     _receive: trio.MemoryReceiveChannel[Request] = attrs.field(init=False)
     _thread: WorkerThread = attrs.field(init=False)
-    _lock: WriterLock = attrs.field(init=False)
-    # Invariant: _conn is only touched by jobs running on _thread.
-    _conn: sqlite3.Connection | None = attrs.field(default=None, init=False)
+    # Invariant: the backend's connection is only touched by jobs running on _thread.
     # Invariant: _heads reflects exactly what is committed; only the actor task changes it.
     _heads: dict[str, SessionHead] = attrs.field(factory=dict, init=False)
     # Each session's chain_prefix, made once (every row's hash starts with it).
@@ -116,14 +107,12 @@ class SqliteWriter:
     # The group staged on top of _in_flight and queued on the thread behind it (chained).
     _queued: Job | None = attrs.field(default=None, init=False)
     # The test seam's next fault, and whether the group lands before it is raised.
-    _fault: tuple[sqlite3.Error, bool] | None = attrs.field(default=None, init=False)
+    _fault: tuple[Exception, bool] | None = attrs.field(default=None, init=False)
     # Sessions a failed group touched: its COMMIT raised but may have landed, so their heads are
     # re-read (_settle) before anything is staged for them again.
     _unsure: set[str] = attrs.field(factory=set, init=False)
     # How many requests the last completed group resolved (see _submit).
     _woken: int = attrs.field(default=0, init=False)
-    # Whether groups are written as one statement (see _GROUP_DDL); set at open.
-    _one_statement: bool = attrs.field(default=False, init=False)
     _broken: str | None = attrs.field(default=None, init=False)
     _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
     # Submitters waiting for room in the inbox (see congested); woken as the actor takes work.
@@ -133,8 +122,17 @@ class SqliteWriter:
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[Request](self.inbox_size)
-        self._thread = WorkerThread(name=f"broker-sqlite-writer:{os.path.basename(self.path)}")
-        self._lock = WriterLock(self.path)
+        self._thread = WorkerThread(name=self.backend.thread_name)
+
+    @property
+    def label(self) -> str:
+        """How errors name the store (``sqlite store '…'``)."""
+        return self.backend.label
+
+    @property
+    def _expected(self) -> tuple[type[Exception], ...]:
+        """What a job may fail with that is not a bug: the backend's I/O errors, ours."""
+        return (*self.backend.io_errors, StoreError)
 
     # ----------------------------------------------------------------- the caller side
 
@@ -166,7 +164,7 @@ class SqliteWriter:
             self._backlog += 1
         except trio.WouldBlock:
             raise StoreError(
-                f"sqlite store '{self.path}' is congested ({self.inbox_size} queued writes): "
+                f"{self.label} is congested ({self.inbox_size} queued writes): "
                 "await store.wait_for_room() before submitting"
             ) from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -185,7 +183,7 @@ class SqliteWriter:
 
     def closed_error(self) -> StoreError:
         """The error for a call on a closed writer."""
-        return StoreError(f"sqlite store '{self.path}' is closed: open it again")
+        return StoreError(f"{self.label} is closed: open it again")
 
     def state_of(self, session_id: str) -> ApprovalState:
         """The committed projection of *session_id* (the empty state for an unknown one)."""
@@ -200,7 +198,7 @@ class SqliteWriter:
         """Whether *session_id* exists (committed), without copying the id list."""
         return session_id in self._heads
 
-    def inject_commit_failure(self, error: sqlite3.Error, *, landed: bool = False) -> None:
+    def inject_commit_failure(self, error: Exception, *, landed: bool = False) -> None:
         """Test seam: the next group raises *error* instead of committing, as a full disk would;
         with *landed*, after committing (see :meth:`SqliteStore.inject_commit_failure`)."""
         self._fault = (error, landed)
@@ -217,10 +215,11 @@ class SqliteWriter:
     # ----------------------------------------------------------------- the actor
 
     async def open(self) -> None:
-        """Lock and open the file, rebuild every session's head, run recovery.
+        """Open the backend (SQLite: lock and open the file), rebuild every session's head,
+        run recovery.
 
-        Raises :class:`StoreOpenError` (and releases the thread, the connection and the lock)
-        when the file cannot be opened or recovered. Cancellation: not interruptible — opening
+        Raises :class:`StoreOpenError` (and releases the thread and what the backend took)
+        when the store cannot be opened or recovered. Cancellation: not interruptible — opening
         and recovery are blocking jobs on the writer thread.
         """
         self._thread.start()
@@ -249,7 +248,7 @@ class SqliteWriter:
                 await self._release()
 
     async def _release(self) -> None:
-        """Fail what is still queued, close the connection, stop the thread, drop the lock."""
+        """Fail what is still queued, close the connection, stop the thread."""
         self._receive.close()
         self._fail_queued()
         self._room.unpark_all()
@@ -262,9 +261,8 @@ class SqliteWriter:
         for job in (self._in_flight, queued):
             if job is not None:
                 await job.done.wait()
-        await self._thread.run(self._close_job)
+        await self._thread.run(self.backend.close)
         await self._thread.stop()
-        self._lock.release()
         self._closed.set()
 
     def _fail_queued(self) -> None:
@@ -297,7 +295,7 @@ class SqliteWriter:
                 await self._process(group)
             except BaseException as exc:
                 for request in group:
-                    request.fail(StoreError(f"sqlite store '{self.path}' failed: {exc!r}"))
+                    request.fail(StoreError(f"{self.label} failed: {exc!r}"))
                 raise
         await self._settle()
 
@@ -322,7 +320,7 @@ class SqliteWriter:
 
     def _broken_error(self) -> StoreError:
         return StoreError(
-            f"sqlite store '{self.path}' is unusable after an earlier error ({self._broken}): "
+            f"{self.label} is unusable after an earlier error ({self._broken}): "
             "close it and open it again"
         )
 
@@ -337,7 +335,8 @@ class SqliteWriter:
             in_flight={} if self._in_flight is None else self._in_flight.staged,
             prefixes=self._prefixes,
             checkpoint_every=self.checkpoint_every,
-            path=self.path,
+            where=self.backend.where,
+            location=self.backend.location,
         )
 
     async def _write(self, writes: Sequence[Request]) -> None:
@@ -397,7 +396,7 @@ class SqliteWriter:
             else attrs.evolve(job.plan, fault=fault[0], fault_landed=fault[1])
         )
         on_done = functools.partial(self._on_written, job)
-        work = functools.partial(self._write_job, plan, self._statement_parameters(plan))
+        work = functools.partial(self.backend.write, plan, self.backend.prepare(plan))
         if chained:
             self._queued = job
             job.chained = self._thread.submit(work, on_done, chained=True)
@@ -437,21 +436,18 @@ class SqliteWriter:
         self._unsure.update(job.staged)
         if isinstance(exc, ConnectionLost):
             self._broken = str(exc)
+        io_errors = self.backend.io_errors
         for request in job.accepted:
-            if isinstance(exc, sqlite3.Error):
-                error = StoreError(
-                    f"write to store file '{self.path}' failed: sqlite says {str(exc)!r}; "
-                    "nothing of this append was stored — free disk space or fix the file, "
-                    "then retry"
-                )
+            if isinstance(exc, io_errors):
+                error = self.backend.write_error(exc)
                 error.__cause__ = exc
             elif isinstance(exc, StoreError):
                 error = self._broken_error()
             else:
-                error = StoreError(f"write to store file '{self.path}' failed: {exc!r}")
+                error = StoreError(f"write to {self.backend.where} failed: {exc!r}")
                 error.__cause__ = exc
             request.fail(error)
-        if not isinstance(exc, sqlite3.Error | StoreError):
+        if not isinstance(exc, (*io_errors, StoreError)):
             # A bug, not an I/O error: stop accepting work rather than guess.
             self._broken = f"unexpected {type(exc).__name__}: {exc}"
 
@@ -468,35 +464,12 @@ class SqliteWriter:
             return
         await trio.lowlevel.checkpoint()
 
-    def _require_conn(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise ConnectionLost(f"the connection to '{self.path}' was closed after an error")
-        return self._conn
-
-    def _statement_parameters(self, plan: Plan) -> tuple[object, ...] | None:
-        """The parameters of the one-statement write of *plan*, or None to write it statement
-        by statement. Made on the trio thread: the worker then holds the GIL only briefly before
-        SQLite releases it, so handing it a job costs the trio thread no more than a wake-up."""
-        if self._one_statement and plan.nul_free and len(plan.rows) >= _ONE_STATEMENT_MIN_ROWS:
-            return group_parameters(plan)
-        return None
-
-    def _write_job(self, plan: Plan, parameters: tuple[object, ...] | None) -> None:
-        conn = self._require_conn()
-        try:
-            write_group(conn, plan, parameters)
-        except ConnectionLost:
-            self._conn = None  # write_group closed it
-            raise
-
     async def _resync(self, session_ids: list[str]) -> None:
         """After a failed group, re-read the touched heads: a COMMIT that raised may have landed."""
         try:
             known = {session_id: self._heads.get(session_id) for session_id in session_ids}
-            fresh = await self._thread.run(
-                lambda: reread_heads(self._require_conn(), self.path, known)
-            )
-        except (sqlite3.Error, StoreError) as exc:
+            fresh = await self._thread.run(functools.partial(self.backend.reread_heads, known))
+        except self._expected as exc:
             self._broken = f"re-reading the store after a failed write failed: {exc}"
             await trio.lowlevel.checkpoint()
             return
@@ -513,11 +486,11 @@ class SqliteWriter:
         session_ids = [request.session_id for request in reads]
         try:
             results = await self._thread.run(
-                lambda: read_sessions(self._require_conn(), self.path, session_ids)
+                functools.partial(self.backend.read_sessions, session_ids)
             )
-        except (sqlite3.Error, StoreError) as exc:
+        except self._expected as exc:
             for request in reads:
-                request.fail(StoreError(f"read from store file '{self.path}' failed: {exc}"))
+                request.fail(StoreError(f"read from {self.backend.where} failed: {exc}"))
             await trio.lowlevel.checkpoint()
             return
         for request, result in zip(reads, results, strict=True):
@@ -530,28 +503,7 @@ class SqliteWriter:
     # ----------------------------------------------------------------- open, recover, close
 
     def _open_job(self) -> None:
-        check_writer_path(self.path)
-        self._lock.acquire()
-        try:
-            conn = connect_writer(self.path, self.synchronous)
-        except BaseException:
-            self._lock.release()
-            raise
-        self._conn = conn
-        try:
-            self._heads = load_heads(conn, self.path)
-        except sqlite3.Error as exc:
-            raise StoreOpenError(
-                f"cannot open store file '{self.path}': sqlite says {str(exc)!r}"
-            ) from exc
-        self._one_statement = install_group_write(conn)
-
-    def _pending_job(self, wanted: dict[str, frozenset[str]]) -> dict[str, list[str]]:
-        conn = self._require_conn()
-        return {
-            session_id: pending_in_log_order(conn, session_id, pending)
-            for session_id, pending in wanted.items()
-        }
+        self._heads = self.backend.open()
 
     async def _recover(self) -> None:
         wanted = {
@@ -559,7 +511,9 @@ class SqliteWriter:
             for session_id, head in self._heads.items()
             if head.state.pending or head.state.turn_open
         }
-        orders = await self._thread.run(functools.partial(self._pending_job, wanted))
+        orders = await self._thread.run(
+            functools.partial(self.backend.pending_in_log_order, wanted)
+        )
         requests: list[Request] = []
         entries: list[RecoveredSession] = []
         for session_id, order in orders.items():
@@ -581,7 +535,7 @@ class SqliteWriter:
                 try:
                     await request.wait()
                 except StoreError as exc:
-                    raise StoreOpenError(f"cannot recover store file '{self.path}': {exc}") from exc
+                    raise StoreOpenError(f"cannot recover {self.backend.where}: {exc}") from exc
         self.recovery = RecoveryReport(sessions_checked=len(self._heads), sessions=tuple(entries))
 
     async def _final_checkpoints(self) -> None:
@@ -603,21 +557,15 @@ class SqliteWriter:
                 for session_id, head in due.items()
             ],
             fault=None,
-            nul_free=nul_free(due, []),
         )
         try:
             await self._thread.run(
-                functools.partial(self._write_job, plan, self._statement_parameters(plan))
+                functools.partial(self.backend.write, plan, self.backend.prepare(plan))
             )
-        except (sqlite3.Error, StoreError):
+        except self._expected:
             # Checkpoints are a cache of the log; the next open folds a longer tail instead.
             await trio.lowlevel.checkpoint()
             return
         self.transactions += 1
         for session_id, head in due.items():
             self._heads[session_id] = attrs.evolve(head, checkpoint_seq=head.seq)
-
-    def _close_job(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._sqlite_schema import connect_reader
+from ._schema import connect_reader
 
 if TYPE_CHECKING:
     import sqlite3

@@ -1,4 +1,5 @@
-"""What callers queue for the SQLite writer actor: one request type per kind of call.
+"""What callers queue for a store's writer actor (:mod:`broker.store._writer`): one request
+type per kind of call.
 
 Each request is a :class:`~broker.store._ticket.Ticket`: resolved exactly once by the actor
 (``succeed`` or ``fail``); its one waiting caller is rescheduled directly.

@@ -2,7 +2,8 @@
 
 Each function takes the connection and runs on the writer's thread only (a ``sqlite3``
 connection stays on the thread that made it); the writer actor
-(:mod:`broker.store._sqlite_writer`) decides when, and what their results mean.
+(:mod:`broker.store._writer`, through :class:`~broker.store.sqlite._backend.SqliteBackend`)
+decides when, and what their results mean.
 """
 
 from __future__ import annotations
@@ -10,35 +11,35 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING
 
-from .._codec import EventDecodeError, decode_event
-from ._checkpoint import PROJECTION_FINGERPRINT
-from ._protocol import StoreError
-from ._sqlite_group import (
+from ..._codec import EventDecodeError, decode_event
+from .._backend import ConnectionLost
+from .._checkpoint import PROJECTION_FINGERPRINT
+from .._protocol import StoreError
+from ._group import (
     AUTO_CREATE_SQL,
     CHECKPOINT_SQL,
     CREATE_SQL,
     GROUP_SQL,
     HEAD_SQL,
     INSERT_SQL,
-    Plan,
 )
-from ._sqlite_load import SessionHead, load_session
+from ._load import load_session
 
 if TYPE_CHECKING:
-    from .._events import Event
+    from collections.abc import Sequence
 
-__all__ = ["ConnectionLost", "read_sessions", "reread_heads", "write_group"]
+    from ..._events import Event
+    from .._heads import SessionHead
+    from .._plan import Plan
 
-
-class ConnectionLost(StoreError):
-    """The connection could not be rolled back and was closed; the writer is broken."""
+__all__ = ["read_sessions", "reread_heads", "write_group"]
 
 
 def write_group(
     conn: sqlite3.Connection, plan: Plan, parameters: tuple[object, ...] | None
 ) -> None:
     """Write *plan* as ONE transaction: as the one statement of *parameters* when given
-    (:func:`broker.store._sqlite_group.group_parameters`), else statement by statement. Any
+    (:func:`broker.store.sqlite._group.group_parameters`), else statement by statement. Any
     error rolls it back; a failed rollback closes *conn* and raises :class:`ConnectionLost`."""
     if parameters is not None and plan.fault is None:
         # Autocommit: the statement is the transaction; SQLite rolls it back if it fails.
@@ -120,7 +121,7 @@ def reread_heads(
 
 
 def read_sessions(
-    conn: sqlite3.Connection, path: str, session_ids: list[str]
+    conn: sqlite3.Connection, path: str, session_ids: Sequence[str]
 ) -> list[list[Event] | StoreError]:
     """Each session's events in order, or the :class:`StoreError` of a damaged line."""
     results: list[list[Event] | StoreError] = []

@@ -1,4 +1,4 @@
-"""How one commit group is written: its SQL, and the plan the actor stages for the worker.
+"""How one commit group is written to SQLite: its SQL, one statement or several.
 
 A group is written as ONE SQL statement when SQLite has JSON functions and no session id holds a
 NUL: an INSERT into a connection-local view whose trigger reads the group's creates, rows, heads
@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import attrs
+if TYPE_CHECKING:
+    from .._plan import Plan
 
 __all__ = [
     "AUTO_CREATE_SQL",
     "CHECKPOINT_SQL",
     "CREATE_SQL",
-    "EMPTY_PLAN",
     "GROUP_SQL",
     "HEAD_SQL",
     "INSERT_SQL",
-    "Plan",
     "group_parameters",
     "install_group_write",
     "nul_free",
@@ -93,8 +91,18 @@ def _json_array(items: list[Any]) -> str | None:
     return json.dumps(items, ensure_ascii=False, separators=(",", ":")) if items else None
 
 
-def nul_free(session_ids: Iterable[str], parent_ids: list[str]) -> bool:
-    return "\x00" not in "".join(session_ids) and "\x00" not in "".join(parent_ids)
+def nul_free(plan: Plan) -> bool:
+    """Whether no session or parent id of *plan* holds a NUL (SQLite's JSON functions stop at
+    one), so that it may be written as one statement."""
+    # Heads name only sessions that have rows; checkpoints may stand alone (at close).
+    ids = {row[0] for row in plan.rows}
+    ids.update(checkpoint[0] for checkpoint in plan.checkpoints)
+    for session_id, parent_id, _, _ in plan.creates:
+        ids.add(session_id)
+        if parent_id:
+            ids.add(parent_id)
+    ids.update(create[0] for create in plan.auto_creates)
+    return "\x00" not in "".join(ids)
 
 
 def install_group_write(conn: sqlite3.Connection) -> bool:
@@ -115,7 +123,7 @@ def install_group_write(conn: sqlite3.Connection) -> bool:
 
 
 def group_parameters(plan: Plan) -> tuple[object, ...]:
-    """The parameters of :data:`GROUP_SQL` for *plan* (on the worker thread)."""
+    """The parameters of :data:`GROUP_SQL` for *plan* (made on the trio thread)."""
     rows = plan.rows
     index = {row[0]: position for position, row in enumerate(rows)}  # last row per session
     return (
@@ -128,24 +136,3 @@ def group_parameters(plan: Plan) -> tuple[object, ...]:
         _json_array([list(checkpoint) for checkpoint in plan.checkpoints]),
         plan.ts_ms,
     )
-
-
-@attrs.frozen(kw_only=True)
-class Plan:
-    """Everything one group writes, prepared on the trio thread."""
-
-    creates: list[tuple[str, str | None, int, bytes]]
-    auto_creates: list[tuple[str, None, int, bytes]]
-    rows: list[tuple[str, int, int, str, bytes, bytes]]
-    heads: list[tuple[int, bytes, str]]
-    checkpoints: list[tuple[str, int, str, str]]
-    fault: sqlite3.Error | None
-    # The test seam's fault is raised after COMMIT (the group landed) instead of in its place.
-    fault_landed: bool = False
-    # The session and parent ids of the group contain no NUL (SQLite's JSON functions stop at
-    # one), so the group may be written as one statement.
-    nul_free: bool = True
-    ts_ms: int = 0
-
-
-EMPTY_PLAN = Plan(creates=[], auto_creates=[], rows=[], heads=[], checkpoints=[], fault=None)

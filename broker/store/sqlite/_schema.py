@@ -16,13 +16,12 @@ import urllib.parse
 from pathlib import Path
 from typing import Literal
 
-from ._protocol import StoreError
+from .._protocol import StoreOpenError
 
 __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
     "StoreLockedError",
-    "StoreOpenError",
     "Synchronous",
     "check_writer_path",
     "connect_reader",
@@ -67,10 +66,6 @@ _DDL = (
         projection TEXT NOT NULL
     ) WITHOUT ROWID""",
 )
-
-
-class StoreOpenError(StoreError):
-    """A file could not be opened as a broker store; nothing in it was changed."""
 
 
 class StoreLockedError(StoreOpenError):

@@ -1,24 +1,17 @@
-"""The SQLite event store, the embedded default: one file, WAL, group commit, hash chains.
+"""The :class:`~broker.store.EventStore` facade of a group-commit writer, shared by the durable
+stores (:mod:`broker.store.sqlite`, :mod:`broker.store.postgres`).
 
-Synopsis::
-
-    async with open_sqlite_store("broker.db") as store:     # locks, recovers, starts the writer
-        if not store.recovery.clean:
-            log.warning(store.recovery.summary())
-        await store.create_session("s1", None)
-        await store.append("s1", [TurnStart(turn=1)])       # returns once fsync'ed
-
-Every call goes through one writer actor (:mod:`broker.store._sqlite_writer`), which groups the
-appends of all sessions that arrive while a transaction is being written into the next one.
-For the read-only side (``broker log``) see :mod:`broker.store._sqlite_reader`.
+Every call goes through one writer actor (:mod:`broker.store._writer`), which groups the
+appends of all sessions that arrive while a transaction is being written into the next one; a
+store adds only how it is opened and what it alone can do (SQLite: its file, a read-only
+``lookup``).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 import trio
@@ -26,30 +19,26 @@ import trio
 from .._codec import EventDecodeError, decode_event, encode_event
 from .._collapse import collapse_single
 from .._events import Event
-from ._protocol import Durability, SessionRecord, StoreError, StoreHead
-from ._sqlite_reader import open_sqlite_reader
-from ._sqlite_requests import (
+from ._protocol import Durability, StoreError, StoreHead
+from ._requests import (
     AppendRequest,
     CreateRequest,
     HeadRequest,
     ImportRequest,
     ReadRequest,
-    wall_clock_ms,
 )
-from ._sqlite_writer import SqliteWriter
 
 if TYPE_CHECKING:
-    import sqlite3
-
     from .._projection import ApprovalState
     from ._recovery import RecoveryReport
-    from ._sqlite_schema import Synchronous
+    from ._writer import GroupWriter
 
 __all__ = [
     "DEFAULT_CHECKPOINT_EVERY",
     "DEFAULT_INBOX_SIZE",
-    "SqliteStore",
-    "open_sqlite_store",
+    "GroupStore",
+    "check_options",
+    "running",
 ]
 
 DEFAULT_CHECKPOINT_EVERY = 256
@@ -86,21 +75,21 @@ def _check_decodable(cls: type[Event], line: str) -> None:
 
 
 @attrs.define(eq=False)
-class SqliteStore:
-    """A durable :class:`~broker.store.EventStore` in one SQLite file; made by
-    :func:`open_sqlite_store`, which owns its writer task.
+class GroupStore:
+    """A durable :class:`~broker.store.EventStore` over a :class:`GroupWriter`; made by its
+    store's opener (e.g. :func:`~broker.store.open_sqlite_store`), which owns the writer task.
 
     Appending to a session that was never created creates it (without a parent), like
     :class:`~broker.store.MemoryStore`; ``create_session`` on an existing one updates its parent.
     """
 
-    _writer: SqliteWriter
+    _writer: GroupWriter
     _closed: bool = attrs.field(default=False, init=False)
 
     @property
-    def path(self) -> str:
-        """The store file."""
-        return self._writer.path
+    def where(self) -> str:
+        """How errors name where the data lives (``store file '…'``)."""
+        return self._writer.backend.where
 
     @property
     def recovery(self) -> RecoveryReport:
@@ -179,17 +168,18 @@ class SqliteStore:
         return request.head
 
     async def claim(self, session_id: str) -> StoreHead:
-        """The head of *session_id* to resume it: one process writes a file (its lock), and
-        recovery ran at open, so there is nothing to take over. Raises :class:`StoreError` for
-        a session the file does not hold. Cancellation: safe; nothing is changed."""
+        """The head of *session_id* to resume it: one process writes the store (SQLite: its
+        lock), and recovery ran at open, so there is nothing to take over. Raises
+        :class:`StoreError` for a session the store does not hold. Cancellation: safe; nothing
+        is changed."""
         self._check_open()
         if not self._writer.has_session(session_id):
             await trio.lowlevel.checkpoint()
-            raise StoreError(f"store file '{self.path}' holds no session {session_id!r}")
+            raise StoreError(f"{self.where} holds no session {session_id!r}")
         return await self.head(session_id)
 
     async def release(self, session_id: str) -> None:
-        """Nothing to release: the file's lock is the store's, not the session's.
+        """Nothing to release: the writer's hold is on the store, not the session.
         Cancellation: safe."""
         await trio.lowlevel.checkpoint()
 
@@ -206,18 +196,6 @@ class SqliteStore:
         await self._writer.call(
             ImportRequest(session_id=session_id, parent_id=parent_id, events=frozen, lines=lines)
         )
-
-    async def lookup(self, session_id: str) -> SessionRecord | None:
-        """The record of *session_id* (its parent id), or None when the file does not hold it.
-
-        Read through a read-only connection on a worker thread (WAL readers never block the
-        writer). Cancellation: safe; nothing is changed.
-        """
-        self._check_open()
-        if not self._writer.has_session(session_id):
-            await trio.lowlevel.checkpoint()
-            return None
-        return await trio.to_thread.run_sync(_read_record, self.path, session_id)
 
     async def load_state(self, session_id: str) -> ApprovalState:
         """The projection of *session_id*'s committed log (empty for an unknown session).
@@ -243,16 +221,9 @@ class SqliteStore:
         """Every session id, in creation order (sync; from the writer's memory)."""
         return self._writer.session_ids()
 
-    def inject_commit_failure(self, error: sqlite3.Error, *, landed: bool = False) -> None:
-        """Test seam: the next write transaction raises *error* in place of COMMIT and is rolled
-        back, as with a full disk; its appends raise :class:`StoreError`. With *landed* it
-        commits and then raises *error*, as an I/O error reported after the WAL frames were
-        written would: the appends fail, yet their events are in the file.
-        """
-        self._writer.inject_commit_failure(error, landed=landed)
-
     async def aclose(self) -> None:
-        """Stop accepting calls, write what is queued, checkpoint, close the file, drop the lock.
+        """Stop accepting calls, write what is queued, checkpoint, close the connection (and
+        release what the store holds: SQLite's file lock).
 
         Later calls raise :class:`StoreError`. Idempotent. Cancellation: shielded — it still
         releases everything; the wait is bounded by the I/O of the queued writes.
@@ -266,18 +237,8 @@ class SqliteStore:
             raise self._writer.closed_error()
 
 
-def _read_record(path: str, session_id: str) -> SessionRecord | None:
-    with open_sqlite_reader(path) as reader:
-        info = reader.session(session_id)
-    return None if info is None else SessionRecord(session_id=session_id, parent_id=info.parent_id)
-
-
-def _check_options(synchronous: str, checkpoint_every: int, inbox_size: int) -> None:
-    if synchronous not in ("FULL", "NORMAL"):
-        raise ValueError(
-            f'synchronous must be "FULL" or "NORMAL", got {synchronous!r}: use "FULL" to '
-            'survive power loss, "NORMAL" to survive process crashes only'
-        )
+def check_options(checkpoint_every: int, inbox_size: int) -> None:
+    """Refuse a bad ``checkpoint_every`` or ``inbox_size`` (the options every durable store has)."""
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int):
         raise TypeError(f"checkpoint_every must be an int, got {type(checkpoint_every).__name__}")
     if checkpoint_every < 0:
@@ -290,47 +251,18 @@ def _check_options(synchronous: str, checkpoint_every: int, inbox_size: int) -> 
         raise ValueError(f"inbox_size must be >= 1, got {inbox_size}: the inbox must be bounded")
 
 
+S = TypeVar("S", bound=GroupStore)
+
+
 @asynccontextmanager
-async def open_sqlite_store(
-    path: str | os.PathLike[str],
-    *,
-    synchronous: Synchronous = "FULL",
-    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-    inbox_size: int = DEFAULT_INBOX_SIZE,
-    clock_ms: Callable[[], int] = wall_clock_ms,
-) -> AsyncIterator[SqliteStore]:
-    """Open (creating if new) the store file *path* for writing, for the ``async with`` block.
-
-    Takes the writer lock (``<path>.lock``; a second writer gets :class:`StoreLockedError`),
-    checks the file (a file that is not a broker store, or of a newer schema, raises
-    :class:`StoreOpenError` without being changed), rebuilds each session's projection from its
-    checkpoint and tail, then runs recovery (see :attr:`SqliteStore.recovery`).
-
-    *synchronous*: ``"FULL"`` fsyncs every commit (an acknowledged append survives power loss);
-    ``"NORMAL"`` only at WAL checkpoints (it survives a process crash, not an OS crash).
-    *checkpoint_every*: write a session's projection every N events and at close (0: never).
-    *inbox_size*: the bound of the writer's inbox (callers wait for room beyond it) and of a
-    commit group. *clock_ms*: the wall clock stored with each row (for tests).
-
-    Cancellation: opening is not interruptible (one blocking job on the writer thread). On
-    exit — also by cancellation or error — the store is closed as by :meth:`SqliteStore.aclose`.
-    Errors: opening errors and the block's own exception are raised as themselves (the writer's
-    nursery is a detail; see ``broker._collapse``).
-    """
-    _check_options(synchronous, checkpoint_every, inbox_size)
-    writer = SqliteWriter(
-        path=os.fspath(path),
-        synchronous=synchronous,
-        checkpoint_every=checkpoint_every,
-        inbox_size=inbox_size,
-        clock_ms=clock_ms,
-    )
-    # Opened before the nursery exists, so an open error is raised as itself, not in a group.
-    await writer.open()
-    store = SqliteStore(writer)
+async def running(store: S, name: str) -> AsyncIterator[S]:
+    """Run *store*'s writer (already opened) in a nursery of its own for the block, named
+    *name*; close the store on exit — also by cancellation or error — as
+    :meth:`GroupStore.aclose` does. The block's own exception is raised as itself (the writer's
+    nursery is a detail; see ``broker._collapse``)."""
     with collapse_single():
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer.run, name=f"sqlite store writer {writer.path!r}")
+            nursery.start_soon(store._writer.run, name=name)
             try:
                 yield store
             finally:

@@ -1,6 +1,6 @@
 """Staging one commit group on the trio thread: sequence numbers, hash chain, heads, checkpoints.
 
-The writer actor (:mod:`broker.store._sqlite_writer`) hands :func:`stage_group` the requests it
+The writer actor (:mod:`broker.store._writer`) hands :func:`stage_group` the requests it
 took from its inbox and the heads they build on — those of the group in flight when there is
 one, else the committed ones — and gets back a :class:`Job`: the :class:`Plan` its worker
 thread writes as one transaction, whom to answer, and the heads the group leaves behind. A
@@ -16,20 +16,18 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from .._projection import ApprovalState, fold
+from .._projection import fold
 from ._chain import GENESIS, chain_hash_after, chain_prefix
 from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
+from ._heads import EMPTY_HEAD, SessionHead
+from ._plan import EMPTY_PLAN, Plan
 from ._protocol import StoreError
-from ._sqlite_group import EMPTY_PLAN, Plan, nul_free
-from ._sqlite_load import SessionHead
-from ._sqlite_requests import AppendRequest, CreateRequest, ImportRequest, Request
+from ._requests import AppendRequest, CreateRequest, ImportRequest, Request
 
 if TYPE_CHECKING:
     from ._worker_thread import Chained
 
-__all__ = ["EMPTY_HEAD", "Job", "SessionExistsError", "empty_job", "stage_group"]
-
-EMPTY_HEAD = SessionHead(seq=0, hash=GENESIS, state=ApprovalState(), checkpoint_seq=0)
+__all__ = ["Job", "SessionExistsError", "empty_job", "stage_group"]
 
 
 class SessionExistsError(StoreError):
@@ -47,7 +45,7 @@ class Job:
     done: trio.Event = attrs.field(factory=trio.Event, init=False)
     failed: bool = attrs.field(default=False, init=False)
     # The thread did not run it (the group before it failed, or it was dropped): nothing of it
-    # was written and none of its requests was answered; SqliteWriter._write stages it again.
+    # was written and none of its requests was answered; GroupWriter._write stages it again.
     skipped: bool = attrs.field(default=False, init=False)
     # Queued on the thread behind the group in flight (WorkerThread.submit(chained=True)).
     chained: Chained | None = attrs.field(default=None, init=False)
@@ -66,10 +64,12 @@ def stage_group(
     in_flight: Mapping[str, SessionHead],
     prefixes: MutableMapping[str, bytes],
     checkpoint_every: int,
-    path: str,
+    where: str,
+    location: str,
 ) -> Job:
     """The :class:`Job` of *writes*, built on the heads *in_flight* (the group being written
-    now, if any) over the *committed* ones. *prefixes* caches each session's chain prefix.
+    now, if any) over the *committed* ones. *prefixes* caches each session's chain prefix;
+    *where* and *location* name the store in errors (``store file '…'``; ``…``).
     Pure but for that cache: nothing is written and no request is resolved (hot path)."""
     staged: dict[str, SessionHead] = {}
     bases: dict[str, SessionHead | None] = {}
@@ -91,7 +91,7 @@ def stage_group(
         if type(request) is not AppendRequest:
             if type(request) is ImportRequest and head is not None:
                 error = SessionExistsError(
-                    f"session {session_id!r} already exists in store file '{path}': "
+                    f"session {session_id!r} already exists in {where}: "
                     "import into a new session id"
                 )
                 rejected.append((request, error))
@@ -108,7 +108,7 @@ def stage_group(
             if given is not None and request.seq != seq:
                 # Sequenced on top of events that did not land (an earlier group failed):
                 # refused, so the session re-reads its head before sequencing again.
-                rejected.append((request, _out_of_sequence(path, session_id, request, seq)))
+                rejected.append((request, _out_of_sequence(location, session_id, request, seq)))
                 continue
             prefix = prefixes.get(session_id)
             if prefix is None:
@@ -143,15 +143,16 @@ def stage_group(
         heads=heads,
         checkpoints=checkpoints,
         fault=None,
-        nul_free=nul_free(staged, [parent for _, parent, _, _ in creates if parent]),
         ts_ms=now,
     )
     return Job(plan=plan, accepted=accepted, rejected=rejected, staged=staged)
 
 
-def _out_of_sequence(path: str, session_id: str, request: AppendRequest, seq: int) -> StoreError:
+def _out_of_sequence(
+    location: str, session_id: str, request: AppendRequest, seq: int
+) -> StoreError:
     return StoreError(
         f"session {session_id!r} submitted events after seq {request.seq}, but its log in "
-        f"'{path}' ends at seq {seq} (an earlier write failed): re-read the head "
+        f"'{location}' ends at seq {seq} (an earlier write failed): re-read the head "
         "(store.head) before sequencing again"
     )

@@ -13,7 +13,8 @@ import os
 
 import attrs
 
-from ._sqlite_schema import StoreLockedError, StoreOpenError, lock_path_for
+from .._protocol import StoreOpenError
+from ._schema import StoreLockedError, lock_path_for
 
 __all__ = ["WriterLock"]
 

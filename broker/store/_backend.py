@@ -1,0 +1,101 @@
+"""What a group-commit writer (:mod:`broker.store._writer`) needs of one store's connection.
+
+The writer is store-neutral: inbox, grouping, staging (chain, heads, checkpoints), pipelining,
+completion, recovery and final checkpoints are the same for every store. A :class:`Backend` is
+the rest — the SQL and the connection — and its blocking methods run only on the writer's one
+worker thread (:mod:`broker.store._worker_thread`), which owns the connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from ._protocol import StoreError
+
+if TYPE_CHECKING:
+    from .._events import Event
+    from ._heads import SessionHead
+    from ._plan import Plan
+
+__all__ = ["Backend", "ConnectionLost"]
+
+
+class ConnectionLost(StoreError):
+    """The connection could not be rolled back and was closed; the writer is broken."""
+
+
+class Backend(Protocol):
+    """One store's connection and SQL, driven by a :class:`~broker.store._writer.GroupWriter`.
+
+    Thread model: the methods marked *(worker thread)* are blocking and run only on the
+    writer's worker thread; the others are cheap and run on the trio thread.
+    """
+
+    @property
+    def label(self) -> str:
+        """How errors name the store, e.g. ``sqlite store '/var/b.db'`` (trio thread)."""
+        ...
+
+    @property
+    def location(self) -> str:
+        """The store's bare location, e.g. ``/var/b.db`` (a URL without its password)."""
+        ...
+
+    @property
+    def where(self) -> str:
+        """How errors name where the data lives, e.g. ``store file '/var/b.db'``."""
+        ...
+
+    @property
+    def thread_name(self) -> str:
+        """The name of the writer's worker thread."""
+        ...
+
+    @property
+    def io_errors(self) -> tuple[type[Exception], ...]:
+        """The driver's errors that fail one transaction (rolled back; the writer carries
+        on). Anything else from :meth:`write` is a bug and breaks the writer."""
+        ...
+
+    def open(self) -> dict[str, SessionHead]:
+        """(worker thread) Connect, check the schema (creating it in an empty store) and
+        return every session's committed head, in creation order. Raises
+        :class:`~broker.store.StoreOpenError` with nothing changed; releases what it took."""
+        ...
+
+    def prepare(self, plan: Plan) -> object:
+        """(trio thread) Whatever :meth:`write` wants made before the hand-off (so the worker
+        holds the GIL briefly); ``None`` if nothing."""
+        ...
+
+    def write(self, plan: Plan, prepared: object) -> None:
+        """(worker thread) Write *plan* as ONE transaction, durable when this returns.
+
+        Raise ``plan.fault`` in place of COMMIT (rolled back), or after it when
+        ``plan.fault_landed``. Any error rolls back; a failed rollback closes the connection
+        and raises :class:`ConnectionLost`."""
+        ...
+
+    def write_error(self, exc: Exception) -> StoreError:
+        """(trio thread) What each caller of a group that failed with *exc*, one of
+        :attr:`io_errors`, is told."""
+        ...
+
+    def reread_heads(self, known: dict[str, SessionHead | None]) -> dict[str, SessionHead]:
+        """(worker thread) The committed heads of *known*'s sessions (after a failed write: a
+        COMMIT that raised may have landed); a known head that still matches is kept as is."""
+        ...
+
+    def read_sessions(self, session_ids: Sequence[str]) -> list[list[Event] | StoreError]:
+        """(worker thread) Each session's events in order, or the error of a damaged row."""
+        ...
+
+    def pending_in_log_order(self, wanted: dict[str, frozenset[str]]) -> dict[str, list[str]]:
+        """(worker thread) For each session, its pending ask ids in the order of their asks."""
+        ...
+
+    def close(self) -> None:
+        """(worker thread) Close the connection and release what :meth:`open` took
+        (idempotent)."""
+        ...

@@ -1,0 +1,26 @@
+"""The SQLite event store: one file, WAL, group commit through the store-neutral writer.
+
+Only what is SQLite's lives here — the file format and its checks, the writer lock, the SQL of a
+group, the read-only reader; the grouping, chaining, checkpoints and tickets are the store's
+(:mod:`broker.store`).
+"""
+
+from ._reader import EventRow as EventRow
+from ._reader import SessionInfo as SessionInfo
+from ._reader import SqliteReader as SqliteReader
+from ._reader import StoredCheckpoint as StoredCheckpoint
+from ._reader import open_sqlite_reader as open_sqlite_reader
+from ._schema import StoreLockedError as StoreLockedError
+from ._store import SqliteStore as SqliteStore
+from ._store import open_sqlite_store as open_sqlite_store
+
+__all__ = [
+    "EventRow",
+    "SessionInfo",
+    "SqliteReader",
+    "SqliteStore",
+    "StoreLockedError",
+    "StoredCheckpoint",
+    "open_sqlite_reader",
+    "open_sqlite_store",
+]
