@@ -44,13 +44,20 @@ from ._events import TurnEndReason as TurnEndReason
 from ._events import TurnStart as TurnStart
 from ._events import UserMessage as UserMessage
 from ._projection import ApprovalState as ApprovalState
+from ._remote import RemoteAnswerer as RemoteAnswerer
 from ._request import ApprovalRequest as ApprovalRequest
 from ._session import Session as Session
 from ._signal import AbortSignal as AbortSignal
 from ._vocabulary import Delegation as Delegation
 from ._vocabulary import Outcome as Outcome
 from ._vocabulary import Policy as Policy
+from .store._board import AnswerBoard as AnswerBoard
+from .store._board import AnswerRefusedError as AnswerRefusedError
+from .store._board import PendingQuestion as PendingQuestion
+from .store._board import RemoteAnswer as RemoteAnswer
+from .store._board import UnknownQuestionError as UnknownQuestionError
 from .store._memory import MemoryStore as MemoryStore
+from .store._memory_board import MemoryBoard as MemoryBoard
 from .store._protocol import EventStore as EventStore
 from .store._protocol import SessionRecord as SessionRecord
 from .store._protocol import StoreError as StoreError
@@ -61,8 +68,10 @@ __all__ = [
     "Agent",
     "AgentMessage",
     "Answer",
+    "AnswerBoard",
     "AnswerFn",
     "AnswerNext",
+    "AnswerRefusedError",
     "AnswererHandle",
     "ApprovalAsked",
     "ApprovalDecided",
@@ -80,10 +89,14 @@ __all__ = [
     "Event",
     "EventDecodeError",
     "EventStore",
+    "MemoryBoard",
     "MemoryStore",
     "Notice",
     "Outcome",
+    "PendingQuestion",
     "Policy",
+    "RemoteAnswer",
+    "RemoteAnswerer",
     "ResumeError",
     "SandboxModeSet",
     "Session",
@@ -97,6 +110,7 @@ __all__ = [
     "TurnEndReason",
     "TurnError",
     "TurnStart",
+    "UnknownQuestionError",
     "UserMessage",
     "decode_event",
     "encode_event",

@@ -22,11 +22,20 @@ from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from ._decision import Decision
 from ._errors import BrokerClosedError, ResumeError
 from ._projection import fold_all
+from ._remote import RemoteAnswerer
 from ._request import ApprovalRequest
 from ._session import Session
 from ._texts import DELEGATION_STATEMENT, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
+from .store._board import (
+    AnswerBoard,
+    HasAnswerBoard,
+    PendingQuestion,
+    RemoteAnswer,
+    check_answer,
+)
 from .store._memory import MemoryStore
+from .store._memory_board import MemoryBoard
 from .store._open import open_store
 from .store._protocol import SessionOwnedError, StoreError
 from .store._url import parse_store_url
@@ -93,6 +102,8 @@ class Broker:
     _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     _order: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    # The answer board (see the board property), made on first use.
+    _board: AnswerBoard | None = attrs.field(default=None, init=False)
     # Ids being resumed (between the open check and registration).
     _resuming: set[str] = attrs.field(factory=set, init=False)
     # The bounded shielded waits of every session; its timer runs in the root nursery.
@@ -377,6 +388,43 @@ class Broker:
             await handle.wait_closed()
         finally:
             handle.close(reason="the answerer's task ended")
+
+    # -- answers from elsewhere (the answer board) ------------------------------------------
+
+    @property
+    def board(self) -> AnswerBoard:
+        """The answer board questions wait on for answers from elsewhere: the store's own when
+        it has one (shared by every process on that store), else one of this process."""
+        if self._board is None:
+            self._board = (
+                self.store.answer_board() if isinstance(self.store, HasAnswerBoard) else None
+            ) or MemoryBoard()
+        return self._board
+
+    def remote_answerer(self, *, deadline: float | None = None) -> RemoteAnswerer:
+        """An answerer that waits for an answer given on :attr:`board` (``broker answer``,
+        :meth:`answer`, an inbox); register it like any other, usually last. A question
+        nobody answers within *deadline* seconds resolves ``unavailable``."""
+        return RemoteAnswerer(board=self.board, deadline=deadline)
+
+    async def answer(
+        self, question_id: str, outcome: Outcome | str, *, by: str | None = None
+    ) -> RemoteAnswer:
+        """Answer a question waiting on :attr:`board`: ``allowed-once`` or ``rejected``.
+
+        The first answer wins; :class:`~broker.store.AnswerRefusedError` names what was
+        recorded when the question was answered already or is settled (abort, deadline, a
+        local answerer), :class:`~broker.store.UnknownQuestionError` an id never put up.
+        The asking broker still decides: a question withdrawn before it read the answer
+        settles ``cancelled``. Cancellation: the answer may or may not have been stored.
+        """
+        value = check_answer(outcome, by)
+        return await self.board.answer(question_id, value, by)
+
+    async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
+        """The questions waiting on :attr:`board` (of *session_id*, if given), oldest first.
+        Cancellation: nothing changes."""
+        return await self.board.pending(session_id)
 
     # -- the request algorithm (spec 3): a thin delegate to the session ---------------------
 

@@ -3,23 +3,59 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 import trio
 
 from ._signal import AbortSignal, Signal
+from ._vocabulary import Outcome
 
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["ApprovalRequest", "asking"]
+__all__ = ["ApprovalRequest", "Asking", "SettledHook", "asking", "current_question"]
 
-#: The request whose answerers run in this context, and the id of the question it was put as.
-#: Answerers run in the asking task (decision 0001), so this is theirs to read.
-_ASKING: ContextVar[tuple[ApprovalRequest, str] | None] = ContextVar("broker_asking", default=None)
+log = logging.getLogger("broker.request")
+
+#: The question whose answerers run in this context. Answerers run in the asking task
+#: (decision 0001), so this is theirs to read.
+_ASKING: ContextVar[Asking | None] = ContextVar("broker_asking", default=None)
+
+SettledHook: TypeAlias = Callable[[Outcome], Awaitable[None]]
+
+
+@attrs.define(eq=False)
+class Asking:
+    """One question while its waterfall runs: the request, the question's id, and what must
+    run once its ``approval/decided`` is durable (``hooks``, e.g. a remote answerer retiring
+    the question from its board)."""
+
+    request: ApprovalRequest
+    id: str
+    hooks: list[SettledHook] = attrs.field(factory=list)
+
+    async def settled(self, outcome: Outcome) -> None:
+        """Run the hooks with the question's final *outcome*, each once, in order.
+
+        A hook that raises is logged and skipped (the decision is already durable).
+        Cancellation: the caller runs this shielded and bounded; an unfinished hook is
+        abandoned.
+        """
+        hooks, self.hooks = self.hooks, []
+        for hook in hooks:
+            try:
+                await hook(outcome)
+            except Exception:
+                log.warning("a settled hook of question %s failed", self.id, exc_info=True)
+
+
+def current_question() -> Asking | None:
+    """The question whose answerers run in this task's context, if any."""
+    return _ASKING.get()
 
 
 def _check_tool_name(_inst: Any, _attr: Any, value: Any) -> None:
@@ -72,15 +108,15 @@ class ApprovalRequest:
         from two tasks, shows each answerer its own question's id.
         """
         current = _ASKING.get()
-        return current[1] if current is not None and current[0] is self else None
+        return current.id if current is not None and current.request is self else None
 
 
 @contextlib.contextmanager
-def asking(req: ApprovalRequest, question_id: str) -> Iterator[None]:
-    """While the block runs (the waterfall, in the asking task), ``req.question_id`` is
-    *question_id*."""
-    token = _ASKING.set((req, question_id))
+def asking(question: Asking) -> Iterator[Asking]:
+    """While the block runs (the waterfall, in the asking task), *question* is current:
+    ``question.request.question_id`` is ``question.id``."""
+    token = _ASKING.set(question)
     try:
-        yield
+        yield question
     finally:
         _ASKING.reset(token)

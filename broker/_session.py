@@ -56,7 +56,7 @@ from ._events import (
 from ._flight import Flight, Withdrawal
 from ._ids import new_id
 from ._projection import ApprovalState, fold
-from ._request import asking
+from ._request import Asking, asking
 from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
 from ._vocabulary import Delegation, Outcome, Policy
@@ -615,6 +615,7 @@ class Session:
                 "the agent belongs to (or broker.request, which finds it)"
             )
         request_id = new_id()
+        question = Asking(request=req, id=request_id)
         asked = ApprovalAsked(
             id=request_id, tool_name=req.tool_name, call_id=req.call_id, reason=req.reason
         )
@@ -636,11 +637,13 @@ class Session:
                 asked_submission = await self._sequence_now(put)
                 assert asked_submission is not None  # put always builds
                 await self._durable(asked_submission, schedule=False, shielded=False)
-                with asking(req, request_id):
+                with asking(question):
                     outcome, remembered, by_policy = await self._decide(req, flight)
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
                     await self._record_cancelled(request_id)
+                    if question.hooks:
+                        await question.settled(Outcome.CANCELLED)
                 raise
             answered = flight.answered
             answered_by = (
@@ -658,6 +661,9 @@ class Session:
             # Invariant: once the race is decided, the log records that decision — a caller
             # cancelled from here on gets Cancelled at its next checkpoint, after the return.
             await self._append(lambda _state: decided, internal=True, shielded=True)
+            if question.hooks:
+                with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
+                    await question.settled(outcome)
             return Decision(
                 id=request_id,
                 outcome=outcome,

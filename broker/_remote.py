@@ -1,0 +1,101 @@
+"""The remote-answer answerer: questions answered from another task, process or host.
+
+Synopsis::
+
+    async with open_broker(store="sqlite:///var/lib/agent/log.sqlite") as broker:
+        async with broker.answerer(broker.remote_answerer()):
+            ...   # questions wait on the store's answer board until someone answers:
+                  #   $ broker answer /var/lib/agent/log.sqlite QUESTION_ID allow --by alice
+
+It sits in the waterfall like any other answerer (usually last, as the terminal one). For
+each question it is consulted on it puts the question on the board (:mod:`.store._board`) with
+what a person needs to decide — tool, call id, reason, display reason, session, agent, owner —
+and waits for the first answer given there, which it returns as ``Answer(outcome, by=...)``
+(so ``approval/decided`` records ``answeredBy``). The question's flight decides as for any
+answerer: the first answer wins, and a withdrawn question (abort, ``session/cancel``, the
+caller's cancellation, this answerer's registration ending) drops a late one. Once the
+question's ``approval/decided`` is durable, whatever decided it, the board records the outcome,
+so a later answer is refused naming it.
+
+A question asked with a ``deadline`` (seconds) that nobody answers in time resolves
+``unavailable`` (fail closed) and is retired as such.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ._decision import Answer
+from ._request import current_question
+from ._vocabulary import Outcome
+from .store._board import PendingQuestion
+
+if TYPE_CHECKING:
+    from ._answerers import AnswerNext
+    from ._request import ApprovalRequest
+    from .store._board import AnswerBoard
+
+__all__ = ["RemoteAnswerer", "process_owner"]
+
+
+def process_owner() -> str:
+    """This process as the board names an owner: ``pid@host``."""
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+def _check_deadline(_inst: object, _attr: object, value: float | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool) or not (0 < value < math.inf):
+        raise ValueError(
+            f"deadline must be a positive, finite number of seconds or None, got {value!r}: "
+            "pass how long a question may wait for an answer from elsewhere"
+        )
+
+
+@attrs.define(eq=False)
+class RemoteAnswerer:
+    """An answerer that waits for an answer given on *board* (module doc).
+
+    A request without a question id (not asked through a broker session) is delegated with
+    ``next()``. Cancellation: the wait ends; the question is retired with the outcome the
+    session records.
+    """
+
+    board: AnswerBoard
+    owner: str = attrs.field(factory=process_owner)
+    deadline: float | None = attrs.field(default=None, validator=_check_deadline)
+
+    async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
+        question = current_question()
+        if question is None or question.request is not req:
+            return await next_()
+        now_ms = time.time_ns() // 1_000_000
+        deadline_ms = now_ms + int(self.deadline * 1000) if self.deadline is not None else None
+        session = req.agent.session
+        pending = PendingQuestion(
+            id=question.id,
+            session_id=session.id,
+            agent=f"agent of session {session.id}",
+            tool_name=req.tool_name,
+            call_id=req.call_id,
+            reason=req.reason,
+            display_reason=req.display_reason,
+            asked_at_ms=now_ms,
+            owner=self.owner,
+            deadline_ms=deadline_ms,
+        )
+        # Registered before publishing: whatever happens from here, the board learns the end.
+        question.hooks.append(lambda outcome: self.board.retire(question.id, outcome))
+        await self.board.publish(pending)
+        with trio.move_on_after(self.deadline if self.deadline is not None else math.inf):
+            answer = await self.board.wait_answer(question.id)
+            return Answer(outcome=answer.outcome, by=answer.by)
+        return Outcome.UNAVAILABLE

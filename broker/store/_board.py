@@ -1,0 +1,193 @@
+"""The answer board: questions waiting for an answer from another task, process or host.
+
+Synopsis::
+
+    board = store.answer_board()                 # beside the store's logs, same file/database
+    await board.publish(question)                # a remote-answer answerer puts its question up
+    answer = await board.wait_answer(question.id)    # ... and waits for the first answer
+    await board.retire(question.id, outcome)     # the question settled: later answers refused
+
+    # anywhere else (the CLI's ``broker answer``, an inbox, another broker):
+    await board.answer(question_id, Outcome.ALLOWED_ONCE, by="alice")
+    await board.pending()                        # what waits, oldest first
+
+The board only carries answers to the asking broker; the asking broker still decides the
+question's flight exactly as for a local answerer (the first answer wins, a withdrawn question
+drops a late one) and records ``approval/decided`` with ``answeredBy``. What the board
+promises:
+
+- **One answer per question.** :meth:`answer` stores the first answer atomically; a second is
+  refused with :class:`AnswerRefusedError` naming what was recorded.
+- **Settled is final.** After :meth:`retire` (the asker settled the question, whatever decided
+  it) an answer is refused naming that outcome; an id never published is refused by name
+  (:class:`UnknownQuestionError`).
+- **Nothing is lost silently.** A question whose owner died is retired by the recovery that
+  closes its crash tail (outcome ``cancelled``), so an answer for it is refused, not stored for
+  nobody.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from .._errors import BrokerError
+from .._vocabulary import Outcome
+
+__all__ = [
+    "ANSWERABLE",
+    "AnswerBoard",
+    "AnswerRefusedError",
+    "HasAnswerBoard",
+    "PendingQuestion",
+    "QuestionStatus",
+    "RemoteAnswer",
+    "UnknownQuestionError",
+    "check_answer",
+]
+
+#: The outcomes a person can give from elsewhere; ``cancelled``/``unavailable`` are the asker's.
+ANSWERABLE = frozenset({Outcome.ALLOWED_ONCE, Outcome.REJECTED})
+#: The longest ``by`` a board stores (as :class:`broker.Answer` allows).
+MAX_BY = 200
+
+
+class AnswerRefusedError(BrokerError):
+    """An answer was not taken: the question was answered already or is settled.
+
+    ``recorded`` is what the question has: the first answer's outcome, or the outcome it was
+    settled as; ``answered_by`` who gave that answer, when known.
+    """
+
+    def __init__(
+        self, message: str, *, recorded: Outcome | None = None, answered_by: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.recorded = recorded
+        self.answered_by = answered_by
+
+
+class UnknownQuestionError(AnswerRefusedError):
+    """No question with that id was ever put up on this board."""
+
+
+@attrs.frozen(kw_only=True)
+class PendingQuestion:
+    """A question waiting for an answer, as any answerer anywhere sees it.
+
+    ``display_reason`` is presentation only: the board keeps it so a person elsewhere sees it,
+    but it is never written to the session log. ``owner`` names the asking process
+    (``pid@host``); ``asked_at_ms`` and ``deadline_ms`` are Unix milliseconds.
+    """
+
+    id: str
+    session_id: str
+    agent: str
+    tool_name: str
+    call_id: str | None = None
+    reason: str | None = None
+    display_reason: str | None = None
+    asked_at_ms: int
+    owner: str
+    deadline_ms: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RemoteAnswer:
+    """The first answer given to a question on the board."""
+
+    question_id: str
+    outcome: Outcome
+    by: str | None = None
+    answered_at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class QuestionStatus:
+    """Where a question stands: its answer (if any) and its settled outcome (once retired)."""
+
+    question: PendingQuestion
+    answer: RemoteAnswer | None = None
+    settled: Outcome | None = None
+
+
+def check_answer(outcome: object, by: object) -> Outcome:
+    """*outcome* as an :class:`Outcome` a person may give, after checking *by*; else ValueError."""
+    try:
+        value = Outcome(outcome) if isinstance(outcome, str) else None
+    except ValueError:
+        value = None
+    if value not in ANSWERABLE:
+        raise ValueError(
+            f"outcome must be 'allowed-once' or 'rejected', got {outcome!r}: an answer from "
+            "elsewhere allows once or rejects"
+        )
+    if by is not None and (type(by) is not str or not by.strip() or len(by) > MAX_BY):
+        shown = by if not isinstance(by, str) or len(by) <= 40 else f"{by[:40]}… ({len(by)})"
+        raise ValueError(
+            f"by must be a non-empty name of at most {MAX_BY} characters (got {shown!r}): "
+            "pass who answers, e.g. by='alice'"
+        )
+    assert value is not None
+    return value
+
+
+class AnswerBoard(Protocol):
+    """Questions put up for answers from elsewhere, and their first answers (module doc)."""
+
+    async def publish(self, question: PendingQuestion) -> None:
+        """Put *question* up; durable (visible to every reader of the board) on return.
+
+        Cancellation: the question may or may not have been put up; retire it either way.
+        """
+        ...
+
+    async def wait_answer(self, question_id: str) -> RemoteAnswer:
+        """Wait for the first answer to *question_id* and return it.
+
+        Cancellation: just stops waiting (the flight that asked was withdrawn or settled).
+        """
+        ...
+
+    async def retire(self, question_id: str, outcome: Outcome) -> None:
+        """Record that *question_id* settled as *outcome*: it leaves :meth:`pending`, and any
+        later answer is refused naming *outcome*. Idempotent; the first outcome stays.
+
+        Cancellation: the record may or may not have been written (call it shielded).
+        """
+        ...
+
+    async def answer(self, question_id: str, outcome: Outcome, by: str | None) -> RemoteAnswer:
+        """Give the first answer to *question_id*; return it once durable.
+
+        Raises :class:`AnswerRefusedError` (naming what was recorded) when the question was
+        answered already or is settled, :class:`UnknownQuestionError` for an id never put up,
+        ``ValueError`` for an outcome other than allowed-once/rejected or a bad *by*.
+        Cancellation: the answer may or may not have been stored; :meth:`status` tells.
+        """
+        ...
+
+    async def status(self, question_id: str) -> QuestionStatus | None:
+        """Where *question_id* stands, or None when it was never put up here.
+
+        Cancellation: nothing changes.
+        """
+        ...
+
+    async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
+        """The questions put up and not settled (of *session_id*, if given), oldest first.
+
+        Cancellation: nothing changes.
+        """
+        ...
+
+
+@runtime_checkable
+class HasAnswerBoard(Protocol):
+    """A store whose processes share an answer board (SQLite: the same file; PostgreSQL: the
+    same database). A broker on another store keeps a board of its own process."""
+
+    def answer_board(self) -> AnswerBoard | None:
+        """The board beside this store's logs, or None when it has none."""
+        ...
