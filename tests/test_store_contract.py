@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -38,8 +38,9 @@ from broker import (
 )
 from broker._projection import fold_all
 from broker.store import MemoryStore, SqliteStore, StoreError, open_sqlite_reader, open_sqlite_store
-from broker.store._logtools import verify_store
+from broker.store._logtools import verify_reader, verify_store
 from broker.store._protocol import SessionRecord, StoreHead
+from broker.store.postgres import PostgresStore, open_postgres_store
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -150,6 +151,42 @@ def _sqlite_verify(tmp_path: Path) -> None:
     verify_store(tmp_path / SQLITE_FILE)  # raises on a broken chain, pairing or turn
 
 
+# ----------------------------------------------------------------------- postgres
+
+# The database of each test, by its tmp_path (the ``kind`` fixture creates it, a fresh one per
+# test, and drops it after).
+_POSTGRES: dict[Path, str] = {}
+
+
+@asynccontextmanager
+async def _open_postgres(tmp_path: Path) -> AsyncIterator[EventStore]:
+    async with open_postgres_store(_POSTGRES[tmp_path]) as store:
+        yield store
+
+
+def _postgres_log(_store: EventStore, tmp_path: Path, session_id: str) -> list[Event] | None:
+    # A connection of its own: it sees only what was committed.
+    from broker.store.postgres._reader import open_postgres_reader
+
+    with open_postgres_reader(_POSTGRES[tmp_path]) as reader:
+        if reader.session(session_id) is None:
+            return None
+        return [decode_event(row.line) for row in reader.rows(session_id)]
+
+
+def _postgres_fail(store: EventStore, cause: str, landed: bool) -> None:
+    import psycopg
+
+    cast(PostgresStore, store).inject_commit_failure(psycopg.OperationalError(cause), landed=landed)
+
+
+def _postgres_verify(tmp_path: Path) -> None:
+    from broker.store.postgres._reader import open_postgres_reader
+
+    with open_postgres_reader(_POSTGRES[tmp_path]) as reader:
+        verify_reader(reader)  # raises on a broken chain, pairing or turn
+
+
 # ----------------------------------------------------------------------- the table
 
 KINDS: dict[str, StoreKind] = {
@@ -195,6 +232,27 @@ KINDS: dict[str, StoreKind] = {
             ),
         ),
     ),
+    "postgres": StoreKind(
+        open=_open_postgres,
+        where=lambda tmp_path: _POSTGRES[tmp_path],
+        durable_log=_postgres_log,
+        fail_next_write=_postgres_fail,
+        mend_writes=_sqlite_mend,
+        verify=_postgres_verify,
+        texts=Texts(
+            closed="postgresql store '{where}' is closed: open it again",
+            no_session="postgresql store '{where}' holds no session {session!r}",
+            out_of_sequence=(
+                "session {session!r} submitted events after seq {seq}, but its log in '{where}' "
+                "ends at seq {ends} (an earlier write failed): re-read the head (store.head) "
+                "before sequencing again"
+            ),
+            write_failed=(
+                "write to postgresql store '{where}' failed: postgresql says {cause!r}; nothing "
+                "of this append was stored — check the server and the connection, then retry"
+            ),
+        ),
+    ),
 }
 
 # Cases where a store breaks the contract today, by test id: run as strict xfails.
@@ -209,15 +267,23 @@ KNOWN_VIOLATIONS: dict[str, str] = {
         "SqliteStore.submit queues an out-of-sequence submission and fails its ticket later, "
         "in the writer; the protocol says submit raises StoreError at once"
     ),
+    "test_an_out_of_sequence_submission_is_refused_at_once[postgres]": (
+        "PostgresStore.submit is the same store-neutral writer as SQLite's: it queues an "
+        "out-of-sequence submission and fails its ticket later"
+    ),
 }
 
 
 @pytest.fixture(params=list(KINDS))
-def kind(request: pytest.FixtureRequest) -> StoreKind:
+def kind(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreKind]:
     violation = KNOWN_VIOLATIONS.get(request.node.name)
     if violation is not None:
         request.node.add_marker(pytest.mark.xfail(strict=True, reason=violation))
-    return KINDS[request.param]
+    if request.param == "postgres":
+        # A fresh database for the test (skips, saying why, when no server answers).
+        _POSTGRES[tmp_path] = request.getfixturevalue("postgres_dsn")
+    yield KINDS[request.param]
+    _POSTGRES.pop(tmp_path, None)
 
 
 # A skip must be raised before the test's trio run: from inside it pytest loses the reason.

@@ -168,14 +168,37 @@ def test_the_cli_refuses_a_bad_store_in_one_line(command: list[str], line: str) 
 
 
 async def test_a_postgresql_url_reaches_the_postgresql_store() -> None:
-    # Routed to broker.store.postgres (not parsed as a file name); until that store exists it
-    # says what is missing, in one line, with no password in it.
+    # Routed to broker.store.postgres (not taken for a file name): a server that does not
+    # answer is one line naming the URL without its password.
+    with trio.fail_after(20):
+        with pytest.raises(
+            StoreOpenError,
+            match=r"^cannot connect to postgresql store 'postgresql://u:\*\*\*@127\.0\.0\.1:1/x': "
+            r"connection failed: .*Connection refused; check the URL, the server and the "
+            r"credentials$",
+        ):
+            async with open_broker(store="postgresql://u:pw@127.0.0.1:1/x"):
+                pytest.fail("the broker must not start")  # pragma: no cover
+
+
+async def test_without_psycopg_a_postgresql_url_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # psycopg is the optional extra "postgres": imported only when a store is opened.
+    imported = [
+        name
+        for name in sys.modules
+        if name == "psycopg" or name.startswith(("psycopg.", "broker.store.postgres._"))
+    ]
+    for name in imported:
+        if name != "broker.store.postgres._store":
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)
     with trio.fail_after(10):
         with pytest.raises(
             StoreOpenError,
-            match=r"^store 'postgresql://u:\*\*\*@127\.0\.0\.1:1/x': the postgresql store is not "
-            r"available in this version of broker \(broker\.store\.postgres has no PostgresStore "
-            r"yet\): pass a SQLite file path$",
+            match=r"^cannot open postgresql store 'postgresql://u:\*\*\*@h/db': psycopg is not "
+            r"installed \(.*\); install it with pip install 'trio-approval-broker\[postgres\]'$",
         ):
-            async with open_broker(store="postgresql://u:pw@127.0.0.1:1/x"):
+            async with open_broker(store="postgresql://u:pw@h/db"):
                 pytest.fail("the broker must not start")  # pragma: no cover

@@ -11,6 +11,7 @@ from ._memory import MemoryStore as MemoryStore
 from ._open import open_store as open_store
 from ._protocol import EventStore as EventStore
 from ._protocol import StoreError as StoreError
+from ._protocol import StoreLockedError as StoreLockedError
 from ._protocol import StoreOpenError as StoreOpenError
 from ._recovery import RecoveredSession as RecoveredSession
 from ._recovery import RecoveryReport as RecoveryReport
@@ -18,7 +19,6 @@ from ._url import StoreUrlError as StoreUrlError
 from ._url import parse_store_url as parse_store_url
 from .postgres import open_postgres_store as open_postgres_store
 from .sqlite import SqliteStore as SqliteStore
-from .sqlite import StoreLockedError as StoreLockedError
 from .sqlite import open_sqlite_reader as open_sqlite_reader
 from .sqlite import open_sqlite_store as open_sqlite_store
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ._protocol import StoreError
+from ._protocol import SessionRecord, StoreError
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -89,6 +89,10 @@ class Backend(Protocol):
 
     def read_sessions(self, session_ids: Sequence[str]) -> list[list[Event] | StoreError]:
         """(worker thread) Each session's events in order, or the error of a damaged row."""
+        ...
+
+    def read_records(self, session_ids: Sequence[str]) -> list[SessionRecord | None]:
+        """(worker thread) Each session's record (its parent id), None for one not held."""
         ...
 
     def pending_in_log_order(self, wanted: dict[str, frozenset[str]]) -> dict[str, list[str]]:

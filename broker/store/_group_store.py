@@ -19,12 +19,13 @@ import trio
 from .._codec import EventDecodeError, decode_event, encode_event
 from .._collapse import collapse_single
 from .._events import Event
-from ._protocol import Durability, StoreError, StoreHead
+from ._protocol import Durability, SessionRecord, StoreError, StoreHead
 from ._requests import (
     AppendRequest,
     CreateRequest,
     HeadRequest,
     ImportRequest,
+    LookupRequest,
     ReadRequest,
 )
 
@@ -196,6 +197,20 @@ class GroupStore:
         await self._writer.call(
             ImportRequest(session_id=session_id, parent_id=parent_id, events=frozen, lines=lines)
         )
+
+    async def lookup(self, session_id: str) -> SessionRecord | None:
+        """The record of *session_id* (its parent id), or None when the store does not hold it.
+
+        Read by the writer after every write queued before it. Cancellation: safe; nothing is
+        changed.
+        """
+        self._check_open()
+        if not self._writer.has_session(session_id):
+            await trio.lowlevel.checkpoint()
+            return None
+        request = LookupRequest(session_id=session_id)
+        await self._writer.call(request)
+        return request.record
 
     async def load_state(self, session_id: str) -> ApprovalState:
         """The projection of *session_id*'s committed log (empty for an unknown session).

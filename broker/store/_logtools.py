@@ -43,7 +43,7 @@ from .sqlite._store import open_sqlite_store
 if TYPE_CHECKING:
     from .._events import Event
     from ._recovery import RecoveryReport
-    from .sqlite._reader import SessionInfo, SqliteReader, StoredCheckpoint
+    from ._rows import SessionInfo, StoredCheckpoint, StoreReader
 
 __all__ = [
     "ExportSummary",
@@ -64,6 +64,7 @@ __all__ = [
     "session_lines",
     "show_session",
     "timed_line",
+    "verify_reader",
     "verify_store",
 ]
 
@@ -77,8 +78,8 @@ class LogToolError(BrokerError):
 class VerifyError(LogToolError):
     """The first violated rule of a store; ``violation`` says where and why."""
 
-    def __init__(self, path: str, violation: Violation) -> None:
-        super().__init__(f"store file '{path}': {violation.message()}")
+    def __init__(self, where: str, violation: Violation) -> None:
+        super().__init__(f"{where}: {violation.message()}")
         self.violation = violation
 
 
@@ -244,7 +245,7 @@ def show_session(path: str | os.PathLike[str], session_id: str) -> Timeline:
 
 
 def _verify_session(
-    reader: SqliteReader,
+    reader: StoreReader,
     info: SessionInfo,
     checkpoint: StoredCheckpoint | None,
     allow_pending: bool,
@@ -328,44 +329,47 @@ def verify_store(path: str | os.PathLike[str], *, allow_pending: bool = False) -
     decision (a live store, or a crash tail not yet recovered).
     """
     with open_sqlite_reader(path) as reader:
-        sessions = reader.sessions()
-        known = {info.session_id for info in sessions}
-        stored = reader.checkpoints()
-        checkpoints = {
-            cp.session_id: cp for cp in stored if cp.projection == PROJECTION_FINGERPRINT
-        }
-        stale = {cp.session_id: cp for cp in stored if cp.projection != PROJECTION_FINGERPRINT}
-        events = pending = 0
-        for info in sessions:
-            found, still_pending = _verify_session(
-                reader, info, checkpoints.get(info.session_id), allow_pending
-            )
-            if found is not None:
-                raise VerifyError(reader.path, found)
-            events += info.head_seq
-            pending += still_pending
-        for session_id in reader.orphan_session_ids():
-            raise VerifyError(
-                reader.path,
-                Violation(
-                    session_id=session_id,
-                    seq=0,
-                    rule="chain",
-                    detail="events exist for a session missing from the sessions table "
-                    "(a session row was deleted)",
-                ),
-            )
-        every = checkpoints | stale
-        for session_id in sorted(set(every) - known):
-            raise VerifyError(
-                reader.path,
-                Violation(
-                    session_id=session_id,
-                    seq=every[session_id].seq,
-                    rule="checkpoint",
-                    detail="checkpoint of a session missing from the sessions table",
-                ),
-            )
+        return verify_reader(reader, allow_pending=allow_pending)
+
+
+def verify_reader(reader: StoreReader, *, allow_pending: bool = False) -> VerifySummary:
+    """:func:`verify_store` on a store's read-only snapshot (any store)."""
+    sessions = reader.sessions()
+    known = {info.session_id for info in sessions}
+    stored = reader.checkpoints()
+    checkpoints = {cp.session_id: cp for cp in stored if cp.projection == PROJECTION_FINGERPRINT}
+    stale = {cp.session_id: cp for cp in stored if cp.projection != PROJECTION_FINGERPRINT}
+    events = pending = 0
+    for info in sessions:
+        found, still_pending = _verify_session(
+            reader, info, checkpoints.get(info.session_id), allow_pending
+        )
+        if found is not None:
+            raise VerifyError(reader.where, found)
+        events += info.head_seq
+        pending += still_pending
+    for session_id in reader.orphan_session_ids():
+        raise VerifyError(
+            reader.where,
+            Violation(
+                session_id=session_id,
+                seq=0,
+                rule="chain",
+                detail="events exist for a session missing from the sessions table "
+                "(a session row was deleted)",
+            ),
+        )
+    every = checkpoints | stale
+    for session_id in sorted(set(every) - known):
+        raise VerifyError(
+            reader.where,
+            Violation(
+                session_id=session_id,
+                seq=every[session_id].seq,
+                rule="checkpoint",
+                detail="checkpoint of a session missing from the sessions table",
+            ),
+        )
     return VerifySummary(
         sessions=len(sessions),
         events=events,

@@ -33,6 +33,7 @@ __all__ = [
     "SessionRecord",
     "StoreError",
     "StoreHead",
+    "StoreLockedError",
     "StoreOpenError",
 ]
 
@@ -44,6 +45,10 @@ class StoreError(BrokerError):
 class StoreOpenError(StoreError):
     """A store could not be opened (a file that is not a broker store, a server that does not
     answer, a schema of a newer version); nothing in it was changed."""
+
+
+class StoreLockedError(StoreOpenError):
+    """Another writer (in this or another process) holds the store's writer lock."""
 
 
 class SessionFencedError(StoreError):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._protocol import StoreHead
+from ._protocol import SessionRecord, StoreHead
 from ._ticket import Ticket
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ __all__ = [
     "CreateRequest",
     "HeadRequest",
     "ImportRequest",
+    "LookupRequest",
     "ReadRequest",
     "Request",
     "wall_clock_ms",
@@ -87,3 +88,10 @@ class ReadRequest(Request):
     """Read a session's events; the result is left in ``events``."""
 
     events: list[Event] = attrs.field(factory=list, init=False)
+
+
+@attrs.define(eq=False, kw_only=True)
+class LookupRequest(Request):
+    """Read a session's record; the result (None: not held) is left in ``record``."""
+
+    record: SessionRecord | None = attrs.field(default=None, init=False)

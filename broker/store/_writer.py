@@ -59,6 +59,7 @@ from ._recovery import RecoveredSession, RecoveryReport, recovery_events
 from ._requests import (
     AppendRequest,
     HeadRequest,
+    LookupRequest,
     ReadRequest,
     Request,
     wall_clock_ms,
@@ -300,7 +301,7 @@ class GroupWriter:
         await self._settle()
 
     async def _process(self, group: Sequence[Request]) -> None:
-        writes = [r for r in group if not isinstance(r, ReadRequest | HeadRequest)]
+        writes = [r for r in group if not isinstance(r, ReadRequest | HeadRequest | LookupRequest)]
         if len(writes) == len(group):
             await self._write(writes)
             return
@@ -317,6 +318,9 @@ class GroupWriter:
         reads = [request for request in group if isinstance(request, ReadRequest)]
         if reads:
             await self._read(reads)
+        lookups = [request for request in group if isinstance(request, LookupRequest)]
+        if lookups:
+            await self._lookup(lookups)
 
     def _broken_error(self) -> StoreError:
         return StoreError(
@@ -499,6 +503,21 @@ class GroupWriter:
             else:
                 request.events = result
                 request.succeed()
+
+    async def _lookup(self, lookups: Sequence[LookupRequest]) -> None:
+        session_ids = [request.session_id for request in lookups]
+        try:
+            records = await self._thread.run(
+                functools.partial(self.backend.read_records, session_ids)
+            )
+        except self._expected as exc:
+            for request in lookups:
+                request.fail(StoreError(f"read from {self.backend.where} failed: {exc}"))
+            await trio.lowlevel.checkpoint()
+            return
+        for request, record in zip(lookups, records, strict=True):
+            request.record = record
+            request.succeed()
 
     # ----------------------------------------------------------------- open, recover, close
 

@@ -1,32 +1,124 @@
-"""The PostgreSQL event store (not built yet: :func:`open_postgres_store` says so)."""
+"""The PostgreSQL event store: many brokers, one database; group commit, hash chains.
+
+Synopsis::
+
+    async with open_postgres_store("postgresql://broker@db/broker") as store:
+        if not store.recovery.clean:
+            log.warning(store.recovery.summary())
+        await store.create_session("s1", None)
+        await store.append("s1", [TurnStart(turn=1)])       # returns once COMMIT returned
+
+Every call goes through the store-neutral writer actor (:mod:`broker.store._writer`): the
+appends of all sessions that arrive while a transaction is being written form the next group,
+written as ONE transaction (multi-row inserts, :mod:`._jobs`) by the worker thread that owns the
+psycopg connection (:mod:`._backend`). A ticket resolves only after COMMIT returned with
+``synchronous_commit = on``: the group is in the server's flushed WAL. The chain, the
+checkpoints and recovery are the same code as SQLite's.
+
+psycopg is an optional dependency (``pip install 'trio-approval-broker[postgres]'``); it is
+imported when a store is opened.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
 
-import trio
+import attrs
 
+from .._group_store import (
+    DEFAULT_CHECKPOINT_EVERY,
+    DEFAULT_INBOX_SIZE,
+    GroupStore,
+    check_options,
+    running,
+)
 from .._protocol import StoreOpenError
-from .._url import redact_dsn
+from .._requests import wall_clock_ms
+from .._url import PostgresUrl, parse_store_url, redact_dsn
+from .._writer import GroupWriter
 
-if TYPE_CHECKING:
-    from .._protocol import EventStore
+__all__ = ["PostgresStore", "open_postgres_store"]
 
-__all__ = ["open_postgres_store"]
+
+@attrs.define(eq=False)
+class PostgresStore(GroupStore):
+    """A durable :class:`~broker.store.EventStore` in a PostgreSQL database; made by
+    :func:`open_postgres_store`, which owns its writer task.
+
+    Appending to a session that was never created creates it (without a parent), like
+    :class:`~broker.store.MemoryStore`; ``create_session`` on an existing one updates its parent.
+    """
+
+    def inject_commit_failure(self, error: Exception, *, landed: bool = False) -> None:
+        """Test seam: the next write transaction raises *error* in place of COMMIT and is rolled
+        back; its appends raise :class:`~broker.store.StoreError`. With *landed* it commits and
+        then raises *error*, as a COMMIT whose acknowledgement was lost would: the appends fail,
+        yet their events are in the database.
+        """
+        self._writer.inject_commit_failure(error, landed=landed)
+
+
+def _check_dsn(dsn: object) -> str:
+    if not isinstance(dsn, str) or not isinstance(
+        parse_store_url(dsn, parameter="dsn"), PostgresUrl
+    ):
+        raise ValueError(
+            f"dsn must be a postgresql:// (or postgres://) URL, got {dsn!r}: pass e.g. "
+            "'postgresql://user@host/database'"
+        )
+    return dsn
 
 
 @asynccontextmanager
-async def open_postgres_store(dsn: str) -> AsyncIterator[EventStore]:
-    """Open the PostgreSQL store at *dsn* for the block.
+async def open_postgres_store(
+    dsn: str,
+    *,
+    schema: str = "broker",
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+    inbox_size: int = DEFAULT_INBOX_SIZE,
+    clock_ms: Callable[[], int] = wall_clock_ms,
+) -> AsyncIterator[PostgresStore]:
+    """Open the store in *schema* of the database at *dsn* for writing, for the ``async with``
+    block; the schema is created in a database that has none.
 
-    Raises :class:`~broker.store.StoreOpenError`: this broker has no PostgreSQL store yet.
-    Cancellation: a plain checkpoint; nothing is opened.
+    Connects (a server that does not answer, or refuses the credentials, raises
+    :class:`StoreOpenError` naming the URL without its password), takes the writer lock (a
+    second writer gets :class:`StoreLockedError`), checks the schema (another application's,
+    or a newer version, raises :class:`StoreOpenError` with nothing changed), rebuilds each
+    session's projection from its checkpoint and tail, then runs recovery (see
+    :attr:`PostgresStore.recovery`): each unanswered question ``cancelled`` with
+    ``recovered: true``, each open turn ``interrupted``.
+
+    *checkpoint_every*: write a session's projection every N events and at close (0: never).
+    *inbox_size*: the bound of the writer's inbox and of a commit group. *clock_ms*: the wall
+    clock stored with each row (for tests).
+
+    Cancellation: opening is not interruptible (blocking jobs on the writer thread). On exit —
+    also by cancellation or error — the store is closed as by :meth:`PostgresStore.aclose`.
+    Errors: opening errors and the block's own exception are raised as themselves.
     """
-    await trio.lowlevel.checkpoint()
-    raise StoreOpenError(
-        f"store {redact_dsn(dsn)!r}: the postgresql store is not available in this version "
-        "of broker (broker.store.postgres has no PostgresStore yet): pass a SQLite file path"
+    _check_dsn(dsn)
+    check_options(checkpoint_every, inbox_size)
+    try:
+        from ._backend import PostgresBackend
+        from ._schema import check_schema_name
+    except ImportError as exc:  # psycopg is an optional dependency
+        raise StoreOpenError(
+            f"cannot open postgresql store '{redact_dsn(dsn)}': psycopg is not installed "
+            f"({exc}); install it with pip install 'trio-approval-broker[postgres]'"
+        ) from exc
+    check_schema_name(schema)
+    backend = PostgresBackend(dsn=dsn, schema=schema)
+    writer = GroupWriter(
+        backend=backend,
+        checkpoint_every=checkpoint_every,
+        inbox_size=inbox_size,
+        clock_ms=clock_ms,
     )
-    yield  # pragma: no cover - makes this an async generator
+    # Opened before the nursery exists, so an open error is raised as itself, not in a group.
+    await writer.open()
+    async with running(
+        PostgresStore(writer), f"postgresql store writer {backend.location!r}"
+    ) as store:
+        yield store

@@ -5,12 +5,12 @@ group, the read-only reader; the grouping, chaining, checkpoints and tickets are
 (:mod:`broker.store`).
 """
 
-from ._reader import EventRow as EventRow
-from ._reader import SessionInfo as SessionInfo
+from .._protocol import StoreLockedError as StoreLockedError
+from .._rows import EventRow as EventRow
+from .._rows import SessionInfo as SessionInfo
+from .._rows import StoredCheckpoint as StoredCheckpoint
 from ._reader import SqliteReader as SqliteReader
-from ._reader import StoredCheckpoint as StoredCheckpoint
 from ._reader import open_sqlite_reader as open_sqlite_reader
-from ._schema import StoreLockedError as StoreLockedError
 from ._store import SqliteStore as SqliteStore
 from ._store import open_sqlite_store as open_sqlite_store
 

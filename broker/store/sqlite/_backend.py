@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._backend import ConnectionLost
-from .._protocol import StoreError, StoreOpenError
+from .._protocol import SessionRecord, StoreError, StoreOpenError
 from ._group import group_parameters, install_group_write, nul_free
 from ._jobs import read_sessions, reread_heads, write_group
 from ._load import load_heads, pending_in_log_order
@@ -131,6 +131,19 @@ class SqliteBackend:
     def read_sessions(self, session_ids: Sequence[str]) -> list[list[Event] | StoreError]:
         """Each session's events in order."""
         return read_sessions(self._require_conn(), self.path, session_ids)
+
+    def read_records(self, session_ids: Sequence[str]) -> list[SessionRecord | None]:
+        """Each session's record, None for one the file does not hold."""
+        conn = self._require_conn()
+        records: list[SessionRecord | None] = []
+        for session_id in session_ids:
+            row = conn.execute(
+                "SELECT parent_id FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            records.append(
+                None if row is None else SessionRecord(session_id=session_id, parent_id=row[0])
+            )
+        return records
 
     def pending_in_log_order(self, wanted: dict[str, frozenset[str]]) -> dict[str, list[str]]:
         """Each session's pending asks, in the order they were asked."""

@@ -13,8 +13,8 @@ import os
 
 import attrs
 
-from .._protocol import StoreOpenError
-from ._schema import StoreLockedError, lock_path_for
+from .._protocol import StoreLockedError, StoreOpenError
+from ._schema import lock_path_for
 
 __all__ = ["WriterLock"]
 

@@ -21,46 +21,13 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._rows import EventRow, SessionInfo, StoredCheckpoint
 from ._schema import connect_reader
 
 if TYPE_CHECKING:
     import sqlite3
 
-__all__ = ["EventRow", "SessionInfo", "SqliteReader", "StoredCheckpoint", "open_sqlite_reader"]
-
-
-@attrs.frozen(kw_only=True)
-class SessionInfo:
-    """One row of the sessions table."""
-
-    session_id: str
-    parent_id: str | None
-    created_ms: int
-    head_seq: int
-    head_hash: bytes
-
-
-@attrs.frozen(kw_only=True)
-class EventRow:
-    """One stored event: its JSON line exactly as written, and its chain fields."""
-
-    session_id: str
-    seq: int
-    ts_ms: int
-    line: str
-    prev_hash: bytes
-    hash: bytes
-
-
-@attrs.frozen(kw_only=True)
-class StoredCheckpoint:
-    """A session's stored projection checkpoint (the JSON text of an ``ApprovalState``) and the
-    fingerprint of the projection code that folded it."""
-
-    session_id: str
-    seq: int
-    state: str
-    projection: str
+__all__ = ["SqliteReader", "open_sqlite_reader"]
 
 
 @attrs.define(eq=False)
@@ -70,6 +37,11 @@ class SqliteReader:
     path: str
     _conn: sqlite3.Connection
     _closed: bool = attrs.field(default=False, init=False)
+
+    @property
+    def where(self) -> str:
+        """``store file '…'``."""
+        return f"store file '{self.path}'"
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, in creation order."""

@@ -21,7 +21,6 @@ from .._protocol import StoreOpenError
 __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
-    "StoreLockedError",
     "Synchronous",
     "check_writer_path",
     "connect_reader",
@@ -66,10 +65,6 @@ _DDL = (
         projection TEXT NOT NULL
     ) WITHOUT ROWID""",
 )
-
-
-class StoreLockedError(StoreOpenError):
-    """Another writer (in this or another process) holds the store's lock file."""
 
 
 def lock_path_for(path: str) -> str:

@@ -1,0 +1,199 @@
+"""The layout of a PostgreSQL store and the checks made before anything is written to it.
+
+A store is one PostgreSQL schema (``broker`` unless told otherwise) holding four tables. Its
+``store_info`` row says whose it is (:data:`APPLICATION`) and which layout (:data:`SCHEMA_VERSION`);
+a schema that exists but is not ours, or is of a newer version, is refused with nothing changed.
+Only a missing or empty schema is initialised, in one transaction, under an advisory lock (two
+brokers opening one new database at once do not both create it).
+
+Schema version 1 (the hash chain is :mod:`broker.store._chain`'s, the same as SQLite's)::
+
+    store_info  (application text, version int)                  -- exactly one row
+    sessions    (id text PK, parent_id text, created_ms int8, head_seq int8, head_hash bytea,
+                 ord int8 identity)                              -- ord = creation order
+    events      (session_id text, seq int8, ts_ms int8, line text, prev_hash bytea,
+                 hash bytea, PRIMARY KEY (session_id, seq))
+    checkpoints (session_id text PK, seq int8, state text, projection text)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg import sql
+
+from .._protocol import StoreOpenError
+from .._url import redact_dsn
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+__all__ = [
+    "APPLICATION",
+    "DEFAULT_SCHEMA",
+    "SCHEMA_VERSION",
+    "check_schema_name",
+    "connect",
+    "prepare_schema",
+]
+
+APPLICATION = "broker-event-store"
+SCHEMA_VERSION = 1
+DEFAULT_SCHEMA = "broker"
+_TABLES = ("store_info", "sessions", "events", "checkpoints")
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+# Invariant: the DDL, the store_info row and the chain byte form are schema version 1.
+_DDL = (
+    "CREATE TABLE {s}.store_info (application text NOT NULL, version integer NOT NULL)",
+    """CREATE TABLE {s}.sessions (
+        id text PRIMARY KEY,
+        parent_id text,
+        created_ms bigint NOT NULL,
+        head_seq bigint NOT NULL,
+        head_hash bytea NOT NULL,
+        ord bigint GENERATED ALWAYS AS IDENTITY
+    )""",
+    """CREATE TABLE {s}.events (
+        session_id text NOT NULL,
+        seq bigint NOT NULL,
+        ts_ms bigint NOT NULL,
+        line text NOT NULL,
+        prev_hash bytea NOT NULL,
+        hash bytea NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    )""",
+    """CREATE TABLE {s}.checkpoints (
+        session_id text PRIMARY KEY,
+        seq bigint NOT NULL,
+        state text NOT NULL,
+        projection text NOT NULL
+    )""",
+)
+
+
+def check_schema_name(schema: str) -> None:
+    """Refuse a schema name that is not a plain lower-case identifier."""
+    if not isinstance(schema, str) or not _NAME.match(schema):
+        raise ValueError(
+            f"schema must be a lower-case identifier (letters, digits, _; at most 63), got "
+            f"{schema!r}: pass a name such as 'broker'"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def connect(dsn: str) -> Connection[tuple[object, ...]]:
+    """A connection to *dsn* (not in autocommit: every write is an explicit transaction) with
+    ``synchronous_commit = on``. Raises :class:`StoreOpenError`. Blocking."""
+    try:
+        conn = psycopg.connect(dsn, autocommit=False, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise StoreOpenError(
+            f"cannot connect to postgresql store '{redact_dsn(dsn)}': {_first_line(exc)}; "
+            "check the URL, the server and the credentials"
+        ) from exc
+    try:
+        # An acknowledged append must survive a server crash: COMMIT returns after the WAL is
+        # flushed, whatever the server's default says.
+        conn.execute("SET synchronous_commit = on")
+        conn.commit()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def prepare_schema(
+    conn: Connection[tuple[object, ...]], where: str, schema: str, *, create: bool = True
+) -> None:
+    """Check *schema*'s layout, creating it when missing or empty (unless not *create*). Raises
+    :class:`StoreOpenError` (nothing changed) for another application's schema, a newer or
+    older version, missing tables, or no right to create it. Leaves no transaction open."""
+    s = sql.Identifier(schema)
+    try:
+        # Serialises initialisation between brokers opening one new database at once.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"broker-init:{schema}",))
+        tables = {
+            str(name)
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+        }
+        if not tables and not create:
+            raise StoreOpenError(
+                f"{where} holds no broker store (schema '{schema}' has no tables): pass the URL "
+                "of a database a broker has written to"
+            )
+        if not tables:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {s}").format(s=s))
+            for statement in _DDL:
+                conn.execute(sql.SQL(statement).format(s=s))
+            conn.execute(
+                sql.SQL("INSERT INTO {s}.store_info (application, version) VALUES (%s, %s)").format(
+                    s=s
+                ),
+                (APPLICATION, SCHEMA_VERSION),
+            )
+            conn.commit()
+            return
+        _classify(conn, where, schema, tables)
+        conn.commit()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        conn.rollback()
+        raise StoreOpenError(
+            f"{where} has no broker schema '{schema}' and this role may not create it "
+            f"({_first_line(exc)}): let a role that may run broker once, or grant CREATE on "
+            "the database"
+        ) from exc
+    except psycopg.Error as exc:
+        conn.rollback()
+        raise StoreOpenError(f"cannot open {where}: postgresql says {_first_line(exc)!r}") from exc
+    except BaseException:
+        conn.rollback()
+        raise
+
+
+def _classify(
+    conn: Connection[tuple[object, ...]], where: str, schema: str, tables: set[str]
+) -> None:
+    if "store_info" not in tables:
+        raise _not_a_store(where, schema, "it has tables but no store_info table")
+    rows = conn.execute(
+        sql.SQL("SELECT application, version FROM {s}.store_info").format(s=sql.Identifier(schema))
+    ).fetchall()
+    if len(rows) != 1 or rows[0][0] != APPLICATION:
+        found = rows[0][0] if len(rows) == 1 else f"{len(rows)} rows"
+        raise _not_a_store(where, schema, f"its store_info names {found!r}")
+    version = rows[0][1]
+    if not isinstance(version, int):
+        raise _not_a_store(where, schema, f"its version is {version!r}")
+    if version > SCHEMA_VERSION:
+        raise StoreOpenError(
+            f"{where} has schema version {version}, newer than this broker supports "
+            f"({SCHEMA_VERSION}): upgrade broker to open it"
+        )
+    if version != SCHEMA_VERSION:
+        raise StoreOpenError(
+            f"{where} has unsupported schema version {version} (this broker reads version "
+            f"{SCHEMA_VERSION}): restore it from a backup"
+        )
+    missing = [name for name in _TABLES if name not in tables]
+    if missing:
+        raise StoreOpenError(
+            f"{where} is damaged: table '{schema}.{missing[0]}' is missing; restore it from a "
+            "backup"
+        )
+
+
+def _not_a_store(where: str, schema: str, why: str) -> StoreOpenError:
+    return StoreOpenError(
+        f"{where} is not a broker store: schema '{schema}' belongs to another application "
+        f"({why}); pass another schema, or a database of its own"
+    )
