@@ -56,6 +56,7 @@ from .store._board import AnswerRefusedError as AnswerRefusedError
 from .store._board import PendingQuestion as PendingQuestion
 from .store._board import RemoteAnswer as RemoteAnswer
 from .store._board import UnknownQuestionError as UnknownQuestionError
+from .store._boards import answer_board as answer_board
 from .store._memory import MemoryStore as MemoryStore
 from .store._memory_board import MemoryBoard as MemoryBoard
 from .store._protocol import EventStore as EventStore
@@ -112,6 +113,7 @@ __all__ = [
     "TurnStart",
     "UnknownQuestionError",
     "UserMessage",
+    "answer_board",
     "decode_event",
     "encode_event",
     "open_broker",

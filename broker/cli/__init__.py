@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _acp, _chaos, _demo, _hooks, _log
+from . import _acp, _answers, _chaos, _demo, _hooks, _log
 from ._errors import EXIT_USAGE, run_command
 
 __all__ = ["main"]
@@ -22,6 +22,8 @@ examples:
   broker acp --config broker.toml      serve an editor (Zed, ...) over the Agent Client Protocol
   broker log show logs/sessions.sqlite list the sessions of a session log
   broker chaos --seed 1 --seeds 5      run seeded faults and check the invariants
+  broker pending logs/sessions.sqlite  the questions waiting for an answer from elsewhere
+  broker answer STORE ID allow --by me answer one of them
 
 Exit status: 0 success; 1 a check failed (a verify violation, a chaos violation, a bad import
 line); 2 the command could not run as asked (usage, a bad path or file, a full disk).
@@ -54,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _chaos.register(sub)
     _log.register(sub)
     _hooks.register(sub)
+    _answers.register(sub)
     _accept_debug_anywhere(parser)
     return parser
 

@@ -24,9 +24,11 @@ from collections.abc import Callable
 from .._composition import CompositionError
 from ..agent._scripted import ScenarioError
 from ..hooks._settings import HookSettingsError
+from ..store._board import AnswerRefusedError
 from ..store._logtools import ImportLineError, LogToolError, VerifyError
 from ..store._protocol import StoreError
 from ..store._stage import SessionExistsError
+from ..store._url import StoreUrlError
 from ..tools._sandbox import SandboxUnavailableError
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "run_command"]
@@ -43,8 +45,10 @@ _WORDED = (
     SandboxUnavailableError,
     StoreError,
     LogToolError,
+    StoreUrlError,
 )
-_CHECK_FAILED = (VerifyError, ImportLineError, SessionExistsError)
+#: An answer refused (answered already, settled, unknown id) is a check that failed: exit 1.
+_CHECK_FAILED = (VerifyError, ImportLineError, SessionExistsError, AnswerRefusedError)
 
 
 class CliError(Exception):

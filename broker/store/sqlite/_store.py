@@ -35,6 +35,7 @@ from .._protocol import SessionRecord
 from .._requests import wall_clock_ms
 from .._writer import GroupWriter
 from ._backend import SqliteBackend
+from ._board import SqliteBoard
 from ._reader import open_sqlite_reader
 
 if TYPE_CHECKING:
@@ -58,6 +59,11 @@ class SqliteStore(GroupStore):
     def path(self) -> str:
         """The store file."""
         return self._backend().path
+
+    def answer_board(self) -> SqliteBoard:
+        """The answer board in this store's file, shared with every process on it
+        (:mod:`._board`)."""
+        return SqliteBoard(path=self.path)
 
     def _backend(self) -> SqliteBackend:
         backend = self._writer.backend

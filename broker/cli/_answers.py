@@ -1,0 +1,160 @@
+"""broker pending STORE / broker answer STORE QUESTION_ID allow|reject: answer from elsewhere.
+
+examples:
+  broker pending logs/sessions.sqlite                 the questions waiting for an answer
+  broker pending logs/sessions.sqlite --session ID --json
+  broker answer logs/sessions.sqlite 7f3c… allow --by alice
+  broker answer logs/sessions.sqlite 7f3c… reject --by alice
+
+A question waits here when the asking broker has a remote answerer in its waterfall
+(broker.remote_answerer() in the library). The first answer wins; the asking broker decides,
+records answeredBy and settles the question. broker answer then waits (--wait seconds) to
+report what was recorded.
+
+Exit status: 0 the answer was taken (and, if it settled within --wait, decided the question);
+1 it was refused (answered already, settled — named — or an unknown id) or the question settled
+otherwise before the answer was read; 2 the command could not run (usage, the store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from typing import TYPE_CHECKING
+
+import trio
+
+from .._display import printable
+from .._vocabulary import Outcome
+from ..store._boards import board_for
+from ._errors import EXIT_CHECK_FAILED, EXIT_OK, CliError
+
+if TYPE_CHECKING:
+    from ..store._board import AnswerBoard, PendingQuestion, QuestionStatus
+
+    _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = ["register"]
+
+_VERBS = {"allow": Outcome.ALLOWED_ONCE, "reject": Outcome.REJECTED}
+#: How often ``broker answer`` looks whether its answer settled the question.
+_SETTLE_POLL = 0.05
+
+
+def register(sub: _Sub) -> None:
+    """Add the ``pending`` and ``answer`` commands to the top-level sub-parsers *sub*."""
+    pending = sub.add_parser(
+        "pending",
+        help="list the questions waiting for an answer from elsewhere",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pending.add_argument("store", help="the store: a file path, sqlite:///PATH")
+    pending.add_argument("--session", help="only the questions of this session id")
+    pending.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    pending.set_defaults(func=run_pending)
+    answer = sub.add_parser(
+        "answer",
+        help="answer a waiting question: allow (once) or reject",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    answer.add_argument("store", help="the store: a file path, sqlite:///PATH")
+    answer.add_argument("question_id", help="the question's id (broker pending lists them)")
+    answer.add_argument("verb", choices=sorted(_VERBS), help="allow once, or reject")
+    answer.add_argument("--by", help="who answers (recorded as answeredBy)")
+    answer.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        help="seconds to wait for the question to settle (default 10; 0: do not wait)",
+    )
+    answer.set_defaults(func=run_answer)
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds")
+
+
+def _row(question: PendingQuestion) -> dict[str, object]:
+    return {
+        "id": question.id,
+        "session": question.session_id,
+        "agent": question.agent,
+        "tool": question.tool_name,
+        "callId": question.call_id,
+        "reason": question.reason,
+        "displayReason": question.display_reason,
+        "askedAt": _when(question.asked_at_ms),
+        "deadline": _when(question.deadline_ms) if question.deadline_ms is not None else None,
+        "owner": question.owner,
+    }
+
+
+def run_pending(args: argparse.Namespace) -> int:
+    """Run ``broker pending``; returns the exit status."""
+    board = board_for(args.store)
+    questions = trio.run(board.pending, args.session)
+    rows = [_row(q) for q in questions]
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False))
+        return EXIT_OK
+    if not rows:
+        print("no questions are waiting for an answer")
+        return EXIT_OK
+    for row in rows:
+        print(printable(str(row["id"])))
+        for key in ("session", "agent", "tool", "callId", "reason", "displayReason"):
+            if row[key] is not None:
+                print(f"  {key}: {printable(str(row[key]))}")
+        print(f"  askedAt: {row['askedAt']}  owner: {printable(str(row['owner']))}")
+        if row["deadline"] is not None:
+            print(f"  deadline: {row['deadline']}")
+    return EXIT_OK
+
+
+def run_answer(args: argparse.Namespace) -> int:
+    """Run ``broker answer``; returns the exit status."""
+    if not (0 <= args.wait <= 3600):
+        raise CliError(f"--wait must be between 0 and 3600 seconds, got {args.wait}")
+    outcome = _VERBS[args.verb]
+    board = board_for(args.store)
+    settled = trio.run(_answer, board, args.question_id, outcome, args.by, args.wait)
+    shown = printable(args.question_id)
+    if settled is None:
+        print(
+            f"question {shown}: answer {outcome.value} stored; the asking process has not "
+            "recorded a decision yet (it reads the answer while it runs)"
+        )
+        return EXIT_OK
+    if settled.settled is outcome:
+        by = f" by {printable(args.by)}" if args.by else ""
+        print(f"question {shown}: {outcome.value}{by}")
+        return EXIT_OK
+    recorded = settled.settled.value if settled.settled is not None else "?"
+    print(
+        f"broker answer: question {shown} was settled as {recorded} before this answer was read",
+        file=sys.stderr,
+    )
+    return EXIT_CHECK_FAILED
+
+
+async def _answer(
+    board: AnswerBoard, question_id: str, outcome: Outcome, by: str | None, wait: float
+) -> QuestionStatus | None:
+    try:
+        await board.answer(question_id, outcome, by)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    with trio.move_on_after(wait):
+        while True:
+            status = await board.status(question_id)
+            if status is not None and status.settled is not None:
+                return status
+            await trio.sleep(_SETTLE_POLL)
+    return None

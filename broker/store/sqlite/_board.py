@@ -1,0 +1,296 @@
+"""The answer board of an SQLite store: in the store's own file, shared by every process on it.
+
+Synopsis::
+
+    board = SqliteBoard(path="/var/lib/agent/log.sqlite")      # any process of this host
+    await board.answer(question_id, Outcome.REJECTED, by="alice")
+
+Two tables beside the event log, created by the store's writer when it opens the file
+(:data:`._schema.BOARD_DDL`; a store file of schema version 1 stays readable by an older
+broker): ``board_questions`` (each question put up, as JSON, and the outcome it settled as) and
+``board_answers`` (the first answer of each). An
+answer is taken inside ``BEGIN IMMEDIATE``: two processes answering at once serialize on the
+file's write lock, and the second sees the first and is refused naming it.
+
+The session log stays authoritative: a question whose ``approval/decided`` is in the log is
+settled whatever the board row says (the owner died before retiring it and recovery closed it),
+and an id the board never saw but the log decided is refused naming that outcome.
+
+Waiting (:meth:`SqliteBoard.wait_answer`) polls: one query for every question this process
+waits on, every ``poll_interval`` seconds, run by one of the waiting tasks (the others wait on
+their own event); nothing runs while nothing waits. Each operation opens its own short-lived
+connection on a worker thread, so the board owns nothing that needs closing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import TypeVar
+
+import attrs
+import trio
+
+from ..._codec import converter, register_wire_type
+from ..._vocabulary import Outcome
+from .._board import PendingQuestion, QuestionStatus, RemoteAnswer, check_answer
+from .._memory_board import refusal
+from .._protocol import StoreError
+from .._requests import wall_clock_ms
+from ._schema import connect_reader
+
+__all__ = ["SqliteBoard"]
+
+T = TypeVar("T")
+
+register_wire_type(PendingQuestion)
+
+#: The log's decision of a question, by id (the log is authoritative over the board).
+_DECIDED_IN_SESSION = (
+    "SELECT json_extract(line, '$.data.outcome') FROM events WHERE session_id = ? "
+    "AND json_extract(line, '$.type') = 'approval/decided' "
+    "AND json_extract(line, '$.data.id') = ?"
+)
+_DECIDED_ANYWHERE = (
+    "SELECT json_extract(line, '$.data.outcome') FROM events "
+    "WHERE json_extract(line, '$.type') = 'approval/decided' "
+    "AND json_extract(line, '$.data.id') = ?"
+)
+#: How many ids one poll asks about (SQLite's default limit on parameters is 32766).
+_POLL_CHUNK = 500
+
+
+def _has_board(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'board_answers'"
+    ).fetchone()
+    return row is not None
+
+
+def _question_from(text: str) -> PendingQuestion:
+    return converter.structure(json.loads(text), PendingQuestion)
+
+
+def _answer_from(row: tuple[str, str, str | None, int]) -> RemoteAnswer:
+    question_id, outcome, by, at_ms = row
+    return RemoteAnswer(
+        question_id=question_id, outcome=Outcome(outcome), by=by, answered_at_ms=at_ms
+    )
+
+
+def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None:
+    """The question's status from the board, settled by the log when the log decided it."""
+    row = None
+    if _has_board(conn):
+        row = conn.execute(
+            "SELECT question, settled FROM board_questions WHERE id = ?", (question_id,)
+        ).fetchone()
+    if row is None:
+        decided = conn.execute(_DECIDED_ANYWHERE, (question_id,)).fetchone()
+        if decided is None:
+            return None
+        # Decided without being put up here (a policy, a grant, a local answerer): settled.
+        stub = PendingQuestion(
+            id=question_id, session_id="", agent="", tool_name="?", asked_at_ms=0, owner=""
+        )
+        return QuestionStatus(question=stub, settled=Outcome(decided[0]))
+    question = _question_from(row[0])
+    settled = Outcome(row[1]) if row[1] is not None else None
+    if settled is None:
+        decided = conn.execute(_DECIDED_IN_SESSION, (question.session_id, question_id)).fetchone()
+        settled = Outcome(decided[0]) if decided is not None else None
+    answer_row = conn.execute(
+        "SELECT question_id, outcome, answered_by, answered_ms FROM board_answers "
+        "WHERE question_id = ?",
+        (question_id,),
+    ).fetchone()
+    answer = _answer_from(answer_row) if answer_row is not None else None
+    return QuestionStatus(question=question, answer=answer, settled=settled)
+
+
+@attrs.define(eq=False)
+class SqliteBoard:
+    """An :class:`~broker.store._board.AnswerBoard` in the SQLite store file *path* (module
+    doc). Every method runs its SQL on a worker thread, one operation at a time per board."""
+
+    path: str
+    poll_interval: float = 0.025
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _checked: bool = attrs.field(default=False, init=False)
+    _waiting: dict[str, trio.Event] = attrs.field(factory=dict, init=False)
+    _answers: dict[str, RemoteAnswer] = attrs.field(factory=dict, init=False)
+    _polling: bool = attrs.field(default=False, init=False)
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self._checked:
+            # Refuses a missing file or one that is not a broker store, changing nothing.
+            connect_reader(self.path).close()
+            self._checked = True
+        return sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            conn = self._connect()
+            try:
+                return fn(conn)
+            except sqlite3.Error as exc:
+                raise StoreError(
+                    f"answer board in store file '{self.path}' failed: sqlite says {exc}"
+                ) from exc
+            finally:
+                conn.close()
+
+        async with self._lock:
+            # Not abandoned on cancellation: a write either completes or never started.
+            return await trio.to_thread.run_sync(call)
+
+    async def publish(self, question: PendingQuestion) -> None:
+        """Put *question* up; durable on return. Cancellation: waits for the write."""
+        text = json.dumps(converter.unstructure(question), separators=(",", ":"))
+
+        def write(conn: sqlite3.Connection) -> None:
+            if not _has_board(conn):
+                raise StoreError(
+                    f"store file '{self.path}' has no answer board: it is opened by an older "
+                    "broker; open it with this version to answer from elsewhere"
+                )
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT INTO board_questions (id, session_id, asked_ms, question) "
+                    "VALUES (?, ?, ?, ?)",
+                    (question.id, question.session_id, question.asked_at_ms, text),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        await self._run(write)
+
+    async def retire(self, question_id: str, outcome: Outcome) -> None:
+        """Record the settled outcome (the first stays). Cancellation: waits for the write."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            if _has_board(conn):
+                conn.execute(
+                    "UPDATE board_questions SET settled = ?, settled_ms = ? "
+                    "WHERE id = ? AND settled IS NULL",
+                    (outcome.value, wall_clock_ms(), question_id),
+                )
+
+        await self._run(write)
+
+    async def answer(self, question_id: str, outcome: Outcome, by: str | None) -> RemoteAnswer:
+        """Give the first answer, atomically (module doc). Cancellation: waits for the write."""
+        value = check_answer(outcome, by)
+
+        def write(conn: sqlite3.Connection) -> RemoteAnswer:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                refused = refusal(question_id, _status(conn, question_id))
+                if refused is not None:
+                    raise refused
+                answer = RemoteAnswer(
+                    question_id=question_id, outcome=value, by=by, answered_at_ms=wall_clock_ms()
+                )
+                conn.execute(
+                    "INSERT INTO board_answers (question_id, outcome, answered_by, answered_ms) "
+                    "VALUES (?, ?, ?, ?)",
+                    (question_id, value.value, by, answer.answered_at_ms),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return answer
+
+        return await self._run(write)
+
+    async def status(self, question_id: str) -> QuestionStatus | None:
+        """Where the question stands (module doc). Cancellation: nothing changes."""
+        return await self._run(lambda conn: _status(conn, question_id))
+
+    async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
+        """The questions put up and settled neither on the board nor in the log, oldest first.
+        Cancellation: nothing changes."""
+
+        def read(conn: sqlite3.Connection) -> list[PendingQuestion]:
+            if not _has_board(conn):
+                return []
+            query = "SELECT question FROM board_questions WHERE settled IS NULL"
+            parameters: tuple[str, ...] = ()
+            if session_id is not None:
+                query += " AND session_id = ?"
+                parameters = (session_id,)
+            found = []
+            for (text,) in conn.execute(query + " ORDER BY asked_ms, id", parameters):
+                question = _question_from(text)
+                if (
+                    conn.execute(_DECIDED_IN_SESSION, (question.session_id, question.id)).fetchone()
+                    is None
+                ):
+                    found.append(question)
+            return found
+
+        return await self._run(read)
+
+    async def wait_answer(self, question_id: str) -> RemoteAnswer:
+        """Wait for the first answer, polling while anything waits (module doc).
+
+        Cancellation: stops waiting; another waiting task takes over the polling.
+        """
+        if question_id in self._waiting:
+            raise ValueError(
+                f"question {question_id!r} is waited for already: wait once per question"
+            )
+        event = self._waiting[question_id] = trio.Event()
+        try:
+            while question_id not in self._answers:
+                if self._polling:
+                    # Another task polls; wake at least once an interval to take over if it left.
+                    with trio.move_on_after(self.poll_interval * 2):
+                        await event.wait()
+                    continue
+                self._polling = True
+                try:
+                    while question_id not in self._answers:
+                        await self._poll()
+                        with trio.move_on_after(self.poll_interval):
+                            await event.wait()
+                finally:
+                    self._polling = False
+            return self._answers[question_id]
+        finally:
+            del self._waiting[question_id]
+            self._answers.pop(question_id, None)
+
+    async def _poll(self) -> None:
+        ids = [qid for qid in self._waiting if qid not in self._answers]
+
+        def read(conn: sqlite3.Connection) -> list[RemoteAnswer]:
+            if not _has_board(conn):
+                return []
+            found = []
+            for start in range(0, len(ids), _POLL_CHUNK):
+                chunk = ids[start : start + _POLL_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                found += [
+                    _answer_from(row)
+                    for row in conn.execute(
+                        "SELECT question_id, outcome, answered_by, answered_ms FROM board_answers "
+                        f"WHERE question_id IN ({marks})",
+                        chunk,
+                    )
+                ]
+            return found
+
+        if not ids:
+            await trio.lowlevel.checkpoint()
+            return
+        for answer in await self._run(read):
+            self._answers[answer.question_id] = answer
+            waiter = self._waiting.get(answer.question_id)
+            if waiter is not None:
+                waiter.set()

@@ -1,0 +1,57 @@
+"""Process A of the cross-process answer tests: a broker on a store that asks one question
+through its remote answerer and prints what it decided.
+
+Usage: python -m tests.remote_asker STORE [--abort-on-stdin]
+
+Prints one JSON line ``{"session": ID}`` once the session is open, then ``{"outcome": ...,
+"answeredBy": ..., "id": ...}`` once the question is decided. With ``--abort-on-stdin`` a line
+on stdin aborts the question.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import trio
+
+from broker import AbortSignal, ApprovalRequest, open_broker
+
+
+async def main(store: str, abort_on_stdin: bool) -> None:
+    signal = AbortSignal()
+    async with open_broker(store=store) as broker:
+        async with broker.answerer(broker.remote_answerer()), broker.open_session() as session:
+            print(json.dumps({"session": session.id}), flush=True)  # noqa: T201
+            async with session.turn(), trio.open_nursery() as nursery:
+                if abort_on_stdin:
+
+                    async def abort_on_line() -> None:
+                        await trio.wrap_file(sys.stdin).readline()
+                        signal.abort("stdin")
+
+                    nursery.start_soon(abort_on_line)
+                request = ApprovalRequest(
+                    agent=session.agent,
+                    tool_name="bash",
+                    call_id="call_1",
+                    reason="rm -rf build",
+                    display_reason="delete the build directory",
+                    signal=signal,
+                )
+                decision = await broker.request_decision(request)
+                nursery.cancel_scope.cancel()
+            print(  # noqa: T201
+                json.dumps(
+                    {
+                        "id": decision.id,
+                        "outcome": decision.outcome,
+                        "answeredBy": decision.answered_by,
+                    }
+                ),
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1], "--abort-on-stdin" in sys.argv[2:])

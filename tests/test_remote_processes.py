@@ -1,0 +1,189 @@
+"""Answers from another process (issue 23), on an SQLite store: a question asked in process A
+(``tests/remote_asker.py``) is listed and answered from process B — the ``broker pending`` and
+``broker answer`` commands, or the ``answer_board`` API in another interpreter."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT = 30
+
+
+def broker(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "broker.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+@contextmanager
+def asker(store: pathlib.Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    with subprocess.Popen(
+        [sys.executable, "-m", "tests.remote_asker", str(store), *extra],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:  # closes the pipes and waits on the way out
+        try:
+            assert process.stdout is not None
+            assert "session" in json.loads(process.stdout.readline())
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def decision_of(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=TIMEOUT)
+    assert process.returncode == 0, err
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def wait_pending(store: pathlib.Path) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        listed = broker("pending", str(store), "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows: list[dict[str, Any]] = json.loads(listed.stdout)
+        if rows:
+            return rows
+        time.sleep(0.05)
+    pytest.fail("no question appeared in broker pending")
+
+
+def test_a_question_asked_in_a_is_listed_and_answered_by_the_cli_in_b(
+    tmp_path: pathlib.Path,
+) -> None:
+    store = tmp_path / "log.sqlite"
+    with asker(store) as a:
+        (row,) = wait_pending(store)
+        assert row["tool"] == "bash"
+        assert row["callId"] == "call_1"
+        assert row["reason"] == "rm -rf build"
+        assert row["displayReason"] == "delete the build directory"
+        assert row["owner"] == f"{a.pid}@{__import__('socket').gethostname()}"
+        answered = broker("answer", str(store), row["id"], "allow", "--by", "alice")
+        assert answered.returncode == 0, answered.stderr
+        assert answered.stdout == f"question {row['id']}: allowed-once by alice\n"
+        decision = decision_of(a)
+    assert decision == {"id": row["id"], "outcome": "allowed-once", "answeredBy": "alice"}
+    verified = broker("log", "verify", str(store))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    # Settled: the list is empty and another answer is refused naming the outcome.
+    assert broker("pending", str(store), "--json").stdout == "[]\n"
+    again = broker("answer", str(store), row["id"], "reject")
+    assert again.returncode == 1
+    assert again.stderr == (
+        f"broker answer: question {row['id']!r} is no longer pending: it was settled as "
+        "allowed-once\n"
+    )
+
+
+def test_the_api_answers_from_another_interpreter(tmp_path: pathlib.Path) -> None:
+    store = tmp_path / "log.sqlite"
+    with asker(store) as a:
+        (row,) = wait_pending(store)
+        code = (
+            "import sys, trio\n"
+            "from broker import answer_board\n"
+            "board = answer_board(sys.argv[1])\n"
+            "answer = trio.run(board.answer, sys.argv[2], 'rejected', 'bob')\n"
+            "print(answer.outcome)\n"
+        )
+        b = subprocess.run(
+            [sys.executable, "-c", code, str(store), row["id"]],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert b.returncode == 0, b.stderr
+        assert b.stdout == "rejected\n"
+        assert decision_of(a) == {"id": row["id"], "outcome": "rejected", "answeredBy": "bob"}
+
+
+def test_two_answers_racing_one_wins_the_other_is_told(tmp_path: pathlib.Path) -> None:
+    store = tmp_path / "log.sqlite"
+    with asker(store) as a:
+        (row,) = wait_pending(store)
+        argv = [sys.executable, "-m", "broker.cli", "answer", str(store), row["id"]]
+        racers = [
+            subprocess.Popen([*argv, verb, "--by", who], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+            for verb, who in (("allow", "alice"), ("reject", "bob"))
+        ]  # fmt: skip
+        results = []
+        for racer in racers:
+            with racer:
+                out, err = racer.communicate(timeout=TIMEOUT)
+                results.append((racer.returncode, out, err))
+        decision = decision_of(a)
+    codes = sorted(code for code, _out, _err in results)
+    assert codes == [0, 1]
+    winner = "alice" if results[0][0] == 0 else "bob"
+    assert decision["answeredBy"] == winner
+    (loser_err,) = [err for code, _out, err in results if code == 1]
+    assert loser_err.startswith(f"broker answer: question {row['id']!r} ")
+    assert decision["outcome"] in loser_err
+
+
+def test_an_aborted_question_refuses_the_answer_naming_cancelled(tmp_path: pathlib.Path) -> None:
+    store = tmp_path / "log.sqlite"
+    with asker(store, "--abort-on-stdin") as a:
+        (row,) = wait_pending(store)
+        assert a.stdin is not None
+        a.stdin.write("abort\n")
+        a.stdin.flush()
+        assert decision_of(a)["outcome"] == "cancelled"
+    answered = broker("answer", str(store), row["id"], "allow")
+    assert answered.returncode == 1
+    assert answered.stderr == (
+        f"broker answer: question {row['id']!r} is no longer pending: it was settled as cancelled\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "message"),
+    [
+        (["answer", "STORE", "nope", "allow"], 1, "broker answer: unknown question id 'nope': "),
+        (["answer", "STORE", "x", "maybe"], 2, "broker answer: argument verb: invalid choice"),
+        (["answer", "STORE", "x", "allow", "--by", "y" * 201], 2, "broker answer: by must be"),
+        (["pending", "mysql://x"], 2, "broker pending: store must be a file path, sqlite:///"),
+        (["pending", "MISSING"], 2, "broker pending: store file '"),
+    ],
+)
+def test_bad_input_is_one_line(
+    tmp_path: pathlib.Path, argv: list[str], status: int, message: str
+) -> None:
+    store = tmp_path / "log.sqlite"
+    with asker(store):
+        wait_pending(store)
+        done = broker(
+            *[
+                str(store)
+                if a == "STORE"
+                else str(tmp_path / "missing.sqlite")
+                if a == "MISSING"
+                else a
+                for a in argv
+            ]
+        )
+    assert done.returncode == status
+    assert done.stderr.startswith(message), done.stderr
+    assert done.stderr.count("\n") == 1
