@@ -20,6 +20,7 @@ from .._protocol import StoreOpenError
 
 __all__ = [
     "APPLICATION_ID",
+    "BOARD_DDL",
     "SCHEMA_VERSION",
     "Synchronous",
     "check_writer_path",
@@ -64,6 +65,29 @@ _DDL = (
         state TEXT NOT NULL,
         projection TEXT NOT NULL
     ) WITHOUT ROWID""",
+)
+
+
+#: The answer board's tables (:mod:`._board`), beside the log in the same file. Created by the
+#: writer when it opens the file (``IF NOT EXISTS``: a version-1 file gains them and stays
+#: readable by an older broker), so no other process changes the schema under a running writer.
+BOARD_DDL = (
+    """CREATE TABLE IF NOT EXISTS board_questions (
+        id TEXT PRIMARY KEY NOT NULL,
+        session_id TEXT NOT NULL,
+        asked_ms INTEGER NOT NULL,
+        question TEXT NOT NULL,
+        settled TEXT,
+        settled_ms INTEGER
+    )""",
+    """CREATE INDEX IF NOT EXISTS board_questions_open
+        ON board_questions (settled, asked_ms)""",
+    """CREATE TABLE IF NOT EXISTS board_answers (
+        question_id TEXT PRIMARY KEY NOT NULL,
+        outcome TEXT NOT NULL,
+        answered_by TEXT,
+        answered_ms INTEGER NOT NULL
+    )""",
 )
 
 
@@ -145,7 +169,7 @@ def _classify(conn: sqlite3.Connection, path: str) -> bool:
 def _sqlite_failure(path: str, exc: sqlite3.Error) -> StoreOpenError:
     text = str(exc)
     if "not a database" in text:
-        return _not_a_store(path, f"sqlite says {text!r}")
+        return _not_a_store(path, "it is not an SQLite database (bad header)")
     return StoreOpenError(f"cannot open store file '{path}': sqlite says {text!r}")
 
 
@@ -192,6 +216,10 @@ def connect_writer(path: str, synchronous: Synchronous) -> sqlite3.Connection:
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in BOARD_DDL:
+            conn.execute(statement)
+        conn.execute("COMMIT")
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         if str(mode).lower() != "wal":
             raise StoreOpenError(
@@ -217,7 +245,12 @@ def connect_reader(path: str) -> sqlite3.Connection:
         raise StoreOpenError(f"store file '{path}' does not exist: check the path")
     if os.path.isdir(path):
         raise StoreOpenError(f"store path '{path}' is a directory: pass the store file inside it")
-    if _check_header(path):
+    # Invariant: no Python-level open() of the store file here. This may run in a process
+    # whose writer connection holds the file: closing any descriptor of a file drops every
+    # POSIX lock the process holds on it, SQLite's included, and another process could then
+    # take the WAL for its own and checkpoint it under the writer (a corrupted file). SQLite
+    # itself reads the header below; it shares one descriptor set per file and process.
+    if os.path.getsize(path) == 0:
         raise _not_a_store(path, "the file is empty")
     uri = "file:" + urllib.parse.quote(str(Path(path).absolute())) + "?mode=ro"
     directory = os.path.dirname(os.path.abspath(path))
