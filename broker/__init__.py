@@ -43,6 +43,7 @@ from ._events import TurnEnd as TurnEnd
 from ._events import TurnEndReason as TurnEndReason
 from ._events import TurnStart as TurnStart
 from ._events import UserMessage as UserMessage
+from ._first_answer import first_answer as first_answer
 from ._projection import ApprovalState as ApprovalState
 from ._remote import RemoteAnswerer as RemoteAnswerer
 from ._request import ApprovalRequest as ApprovalRequest
@@ -116,6 +117,7 @@ __all__ = [
     "answer_board",
     "decode_event",
     "encode_event",
+    "first_answer",
     "open_broker",
     "serve_broker",
 ]

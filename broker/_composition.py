@@ -62,6 +62,8 @@ class Composition:
     log: a SQLite file path, a PostgreSQL URL (``postgresql://…``, a string), or ``None`` (in
     memory). ``permission_deadline`` bounds how long the ACP
     answerer waits for a client's answer before the question resolves ``unavailable``.
+    ``remote_answers`` lets a question also be answered from elsewhere (``broker answer``, the
+    store's answer board) while the client is asked: the first answer wins.
     """
 
     policy: Policy = Policy.ASK
@@ -72,6 +74,7 @@ class Composition:
     hooks: HookSettings | None = None
     permission_deadline: float = DEFAULT_PERMISSION_DEADLINE
     allow_always: bool = False
+    remote_answers: bool = False
     max_steps: int = 32
     command_time_limit: float = 30.0
 
@@ -87,7 +90,8 @@ class Composition:
 
         Keys: ``policy``, ``delegation``, ``sandbox``, ``scenario`` (a file path or a built-in
         name), ``store`` (a file path, ``sqlite:///PATH`` or ``postgresql://…``), ``hooks`` (a
-        Claude Code settings file), ``permission_deadline``, ``allow_always``, ``max_steps``,
+        Claude Code settings file), ``permission_deadline``, ``allow_always``,
+        ``remote_answers``, ``max_steps``,
         ``command_time_limit``. Relative paths in the file are resolved against the file's
         directory. *default_store* applies when neither the file
         nor the overrides name a store (``":memory:"`` names none).
@@ -195,6 +199,7 @@ class _Settings:
     hooks: PathText | None = None
     permission_deadline: Seconds = Seconds(DEFAULT_PERMISSION_DEADLINE)
     allow_always: bool = False
+    remote_answers: bool = False
     max_steps: Count = Count(32)
     command_time_limit: Seconds = Seconds(30.0)
 
@@ -221,6 +226,7 @@ class _Settings:
             hooks=HookSettings.from_file(resolve(self.hooks)) if self.hooks else None,
             permission_deadline=self.permission_deadline,
             allow_always=self.allow_always,
+            remote_answers=self.remote_answers,
             max_steps=self.max_steps,
             command_time_limit=self.command_time_limit,
         )

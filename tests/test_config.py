@@ -126,7 +126,8 @@ def test_overrides_win_and_default_store_applies_only_when_unnamed(
         (
             "polcy = 1",
             "unexpected keys (polcy): expected only policy, delegation, sandbox, scenario, "
-            "store, hooks, permission_deadline, allow_always, max_steps, command_time_limit",
+            "store, hooks, permission_deadline, allow_always, remote_answers, max_steps, "
+            "command_time_limit",
         ),
     ],
 )
@@ -164,3 +165,13 @@ def test_overrides_are_checked_like_the_file() -> None:
     assert str(info.value) == (
         "settings: permission_deadline: expected a finite number of seconds above 0, got inf"
     )
+
+
+def test_remote_answers_is_a_setting(tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "broker.toml"
+    config.write_text("remote_answers = true\n")
+    assert Composition.load(config).remote_answers is True
+    assert Composition.load(config, remote_answers=False).remote_answers is False
+    config.write_text('remote_answers = "yes"\n')
+    with pytest.raises(CompositionError, match=r"remote_answers: expected true or false"):
+        Composition.load(config)

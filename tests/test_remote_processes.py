@@ -187,3 +187,25 @@ def test_bad_input_is_one_line(
     assert done.returncode == status
     assert done.stderr.startswith(message), done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_the_demo_takes_an_answer_from_another_terminal(tmp_path: pathlib.Path) -> None:
+    store = tmp_path / "demo.sqlite"
+    argv = [sys.executable, "-m", "broker.cli", "demo", "--remote-answers", "--store", str(store)]
+    with subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as demo:
+        try:
+            (row,) = wait_pending(store)
+            answered = broker("answer", str(store), row["id"], "reject", "--by", "bob")
+            assert answered.returncode == 0, answered.stderr
+            out, err = demo.communicate(timeout=TIMEOUT)
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+    if demo.returncode == 2 and "bubblewrap" in err:
+        pytest.skip(f"the demo needs bubblewrap: {err.strip()}")
+    assert demo.returncode == 0, err
+    assert f"or from another terminal: broker answer {store} {row['id']} allow|reject" in out
+    assert '"outcome":"rejected","answeredBy":"bob"' in out
+    assert "file on disk: escalated.txt does not exist" in out

@@ -30,6 +30,7 @@ from .. import __version__
 from .._collapse import collapse_single
 from .._errors import ResumeError
 from .._events import Event
+from .._first_answer import first_answer
 from .._signal import AbortSignal
 from ..agent._loop import LoopObserver, StopReason
 from ..store._protocol import SessionOwnedError
@@ -264,7 +265,12 @@ class AcpAgent:
             allow_always=self.composition.allow_always,
             calls=updates.calls,
         )
-        await session.start_answerer(answerer)
+        if self.composition.remote_answers:
+            # The client and anyone on the store's answer board race; the first answer wins
+            # and the client's request is withdrawn ($/cancel_request).
+            await session.start_answerer(first_answer(answerer, self.broker.remote_answerer()))
+        else:
+            await session.start_answerer(answerer)
         self.sessions[session.id] = _AcpSession(session=session, loop=loop, calls=updates.calls)
 
     def _prompt_arrived(self, params: Any) -> None:

@@ -41,6 +41,9 @@ examples:
   broker acp                                  the defaults: policy ask, read-only sandbox
   broker acp --config broker.toml             settings from a TOML file
   broker acp --store :memory: --allow-always  no session log file; offer "Always allow"
+  broker acp --store log.sqlite --remote-answers
+                                              answer from another terminal too:
+                                              broker answer log.sqlite ID allow
 """
 
 
@@ -78,6 +81,13 @@ def register(sub: _Sub) -> None:
         default=None,
         help="offer and honour an 'Always allow' option (a remembered grant per tool)",
     )
+    parser.add_argument(
+        "--remote-answers",
+        action="store_true",
+        default=None,
+        help="let questions also be answered from elsewhere while the client is asked "
+        "(broker pending / broker answer STORE ...; the first answer wins)",
+    )
     parser.add_argument("--log-file", type=pathlib.Path, help="write logs here, not to stderr")
     parser.add_argument(
         "--trace-frames",
@@ -110,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             hooks=args.hooks,
             permission_deadline=args.permission_deadline,
             allow_always=args.allow_always,
+            remote_answers=args.remote_answers,
         )
     except (CompositionError, ScenarioError, HookSettingsError) as exc:
         print(f"broker acp: {exc}", file=sys.stderr)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .. import Outcome, open_broker
+from .. import Answer, Outcome, first_answer, open_broker
 from .._events import TurnEnd
 from ..agent import AgentLoop, LoopObserver, Scenario, ScriptedModel
 from ..scenarios import scenario_path
@@ -23,6 +23,7 @@ from ._signals import run_until_signalled
 from ._terminal import TerminalAnswerer
 
 if TYPE_CHECKING:
+    from .. import AnswerFn, AnswerNext, ApprovalRequest
     from ..tools import ToolCall, ToolResult
 
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -39,6 +40,7 @@ examples:
   broker demo                          answer the prompt yourself (a, y: allow; r, n: reject)
   broker demo --answer reject          answer without asking (scripts, CI)
   broker demo --store demo.sqlite      keep the session log where you want it
+  broker demo --remote-answers         answer here or from another terminal (broker answer)
 """
 
 
@@ -66,6 +68,12 @@ def register(sub: _Sub) -> None:
         type=sqlite_file,
         help="SQLite session log to write (a path or sqlite:///PATH); it is kept (default: "
         "sessions.sqlite in a new directory under the system's temporary directory)",
+    )
+    parser.add_argument(
+        "--remote-answers",
+        action="store_true",
+        help="let the question also be answered from another terminal (broker answer STORE "
+        "ID allow|reject); the first answer wins",
     )
     parser.set_defaults(func=run)
 
@@ -100,7 +108,15 @@ def run(args: argparse.Namespace) -> int:
         if args.workspace is not None:
             workspace = args.workspace
         workspace.mkdir(parents=True, exist_ok=True)
-        return trio.run(run_until_signalled, "demo", _demo, fixed, workspace.resolve(), store)
+        return trio.run(
+            run_until_signalled,
+            "demo",
+            _demo,
+            fixed,
+            workspace.resolve(),
+            store,
+            args.remote_answers,
+        )
 
 
 class _Printer(LoopObserver):
@@ -119,7 +135,20 @@ class _Printer(LoopObserver):
             print(f"  | {line}")
 
 
-async def _demo(fixed: Outcome | None, workspace: pathlib.Path, store: pathlib.Path) -> int:
+def _told_where(remote: AnswerFn, store: pathlib.Path) -> AnswerFn:
+    """*remote*, after printing how to answer the question from another terminal."""
+
+    async def answer(req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
+        where = shlex.quote(str(store))
+        print(f"  or from another terminal: broker answer {where} {req.question_id} allow|reject")
+        return await remote(req, next_)
+
+    return answer
+
+
+async def _demo(
+    fixed: Outcome | None, workspace: pathlib.Path, store: pathlib.Path, remote: bool = False
+) -> int:
     try:
         executor = await BubblewrapExecutor.probe()
     except SandboxUnavailableError as exc:
@@ -139,7 +168,10 @@ async def _demo(fixed: Outcome | None, workspace: pathlib.Path, store: pathlib.P
             runtime=runtime,
             observer=_Printer(),
         )
-        async with broker.answerer(TerminalAnswerer(fixed)):
+        answerer: AnswerFn = TerminalAnswerer(fixed)
+        if remote:
+            answerer = first_answer(answerer, _told_where(broker.remote_answerer(), store))
+        async with broker.answerer(answerer):
             prompt = scenario.prompt or "go"
             print(f"\nuser: {prompt}")
             result = await loop.prompt(prompt)
