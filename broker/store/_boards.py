@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 
 from ._board import AnswerBoard
-from ._protocol import StoreError
 from ._url import PostgresUrl, parse_store_url
 from .sqlite._board import SqliteBoard
 
@@ -24,21 +23,21 @@ __all__ = ["answer_board", "board_for"]
 def board_for(store: str | os.PathLike[str], *, parameter: str = "store") -> AnswerBoard:
     """The board of the store *store* names (a path, ``sqlite:///…`` or ``postgresql://…``).
 
-    Raises :class:`~broker.store._url.StoreUrlError` for any other form, and
-    :class:`~broker.store.StoreError` when that kind of store has no board here.
+    Raises :class:`~broker.store._url.StoreUrlError` for any other form. Nothing is opened
+    until the board is used.
     """
     where = parse_store_url(store, parameter=parameter)
     if isinstance(where, PostgresUrl):
-        raise StoreError(
-            f"{parameter} {where}: answers across hosts through PostgreSQL are not available in "
-            "this version yet; use the SQLite store file of the asking processes"
-        )
+        from .postgres._board import PostgresBoard
+
+        return PostgresBoard(dsn=where.dsn)
     return SqliteBoard(path=where.path)
 
 
 def answer_board(store: str | os.PathLike[str]) -> AnswerBoard:
-    """The answer board of *store* (a path, ``sqlite:///…``), for answering from another
-    process than the asking broker's: ``await answer_board(path).answer(qid, "rejected")``.
+    """The answer board of *store* (a path, ``sqlite:///…``, ``postgresql://…``), for answering
+    from another process than the asking broker's:
+    ``await answer_board(path).answer(qid, "rejected")``.
 
     Only the board is touched: the asking process keeps the store's writer.
     """

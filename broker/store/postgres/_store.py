@@ -37,6 +37,8 @@ from .._protocol import StoreOpenError
 from .._requests import wall_clock_ms
 from .._url import PostgresUrl, parse_store_url, redact_dsn
 from .._writer import GroupWriter
+from ._backend import PostgresBackend
+from ._board import PostgresBoard
 
 __all__ = ["PostgresStore", "open_postgres_store"]
 
@@ -49,6 +51,13 @@ class PostgresStore(GroupStore):
     Appending to a session that was never created creates it (without a parent), like
     :class:`~broker.store.MemoryStore`; ``create_session`` on an existing one updates its parent.
     """
+
+    def answer_board(self) -> PostgresBoard:
+        """The answer board in this store's schema, shared with every process and host on the
+        database (:mod:`._board`)."""
+        backend = self._writer.backend
+        assert isinstance(backend, PostgresBackend)
+        return PostgresBoard(dsn=backend.dsn, schema=backend.schema)
 
     def inject_commit_failure(self, error: Exception, *, landed: bool = False) -> None:
         """Test seam: the next write transaction raises *error* in place of COMMIT and is rolled

@@ -1,0 +1,381 @@
+"""The answer board of a PostgreSQL store: in the store's schema, shared by every host on it.
+
+Synopsis::
+
+    board = PostgresBoard(dsn="postgresql://broker@db/broker")     # any process, any host
+    await board.answer(question_id, Outcome.REJECTED, by="alice")
+
+Two tables in the store's schema (``board_questions``, ``board_answers``; created on first use
+with ``IF NOT EXISTS``, in a transaction, beside the store's own tables) and one notification
+channel. An answer is taken in one transaction that locks the question's row (``FOR UPDATE``):
+two hosts answering at once serialize there, and the second sees the first and is refused
+naming it. The same transaction sends ``pg_notify`` with the whole answer as its payload, so
+the asking process needs no query to learn it.
+
+Waiting (:meth:`PostgresBoard.wait_answer`): one task of the asking process (whichever waits
+first) holds a ``LISTEN`` connection, waits on its socket with
+:func:`trio.lowlevel.wait_readable` (no thread, no asyncio), and hands each notified answer to
+its waiter. It also polls the answers of every waiting question — when it starts listening,
+every ``poll_interval`` seconds, and after a lost connection (then it reconnects with bounded
+backoff) — so an answer whose notification was lost is still found. Nothing runs while nothing
+waits.
+
+The session log stays authoritative: a question whose ``approval/decided`` is in the log is
+settled whatever the board row says (its owner died before retiring it; the recovery that took
+the session over closed it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+import psycopg
+import trio
+from psycopg import sql
+
+from ..._codec import converter, register_wire_type
+from ..._vocabulary import Outcome
+from .._board import PendingQuestion, QuestionStatus, RemoteAnswer, check_answer
+from .._memory_board import refusal
+from .._protocol import StoreError
+from .._requests import wall_clock_ms
+from .._url import redact_dsn
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+__all__ = ["PostgresBoard"]
+
+T = TypeVar("T")
+
+register_wire_type(PendingQuestion)
+
+_DDL = (
+    """CREATE TABLE IF NOT EXISTS {s}.board_questions (
+        id text PRIMARY KEY,
+        session_id text NOT NULL,
+        asked_ms bigint NOT NULL,
+        question text NOT NULL,
+        settled text,
+        settled_ms bigint
+    )""",
+    "CREATE INDEX IF NOT EXISTS board_questions_open ON {s}.board_questions (settled, asked_ms)",
+    """CREATE TABLE IF NOT EXISTS {s}.board_answers (
+        question_id text PRIMARY KEY,
+        outcome text NOT NULL,
+        answered_by text,
+        answered_ms bigint NOT NULL
+    )""",
+)
+_DECIDED = (
+    "SELECT line::jsonb->'data'->>'outcome' FROM {s}.events WHERE session_id = %s "
+    "AND line::jsonb->>'type' = 'approval/decided' AND line::jsonb->'data'->>'id' = %s"
+)
+_DECIDED_ANYWHERE = (
+    "SELECT line::jsonb->'data'->>'outcome' FROM {s}.events "
+    "WHERE line::jsonb->>'type' = 'approval/decided' AND line::jsonb->'data'->>'id' = %s"
+)
+#: The longest pause between reconnection attempts of the listener.
+_MAX_BACKOFF = 2.0
+
+
+def _table_exists(conn: Connection[Any], schema: str, name: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s)", (f"{schema}.{name}",)).fetchone()
+    return row is not None and row[0] is not None
+
+
+def _answer_from(row: tuple[Any, ...]) -> RemoteAnswer:
+    question_id, outcome, by, at_ms = row
+    return RemoteAnswer(
+        question_id=str(question_id), outcome=Outcome(outcome), by=by, answered_at_ms=int(at_ms)
+    )
+
+
+@attrs.define(eq=False)
+class PostgresBoard:
+    """An :class:`~broker.store._board.AnswerBoard` in the PostgreSQL store at *dsn*, schema
+    *schema* (module doc). Queries run on a worker thread over one connection of the board's,
+    one at a time; the listener waits on its socket in the trio thread."""
+
+    dsn: str
+    schema: str = "broker"
+    poll_interval: float = 1.0
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _conn: Connection[Any] | None = attrs.field(default=None, init=False)
+    _ensured: bool = attrs.field(default=False, init=False)
+    _waiting: dict[str, trio.Event] = attrs.field(factory=dict, init=False)
+    _answers: dict[str, RemoteAnswer] = attrs.field(factory=dict, init=False)
+    _listening: bool = attrs.field(default=False, init=False)
+
+    @property
+    def channel(self) -> str:
+        """The notification channel of this store's board."""
+        return f"broker_board_{self.schema}"
+
+    def _q(self, statement: str) -> sql.Composed:
+        return sql.SQL(statement).format(s=sql.Identifier(self.schema))
+
+    def _connect(self, *, autocommit: bool, name: str) -> Connection[Any]:
+        try:
+            return psycopg.connect(
+                self.dsn, autocommit=autocommit, connect_timeout=10, application_name=name
+            )
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to the answer board of postgresql store "
+                f"'{redact_dsn(self.dsn)}': {str(exc).strip().splitlines()[0]}; check the URL, "
+                "the server and the credentials"
+            ) from exc
+
+    async def _run(self, fn: Callable[[Connection[Any]], T]) -> T:
+        def call() -> T:
+            if self._conn is None or self._conn.closed:
+                self._conn = self._connect(autocommit=False, name="broker-board")
+            conn = self._conn
+            try:
+                result = fn(conn)
+                conn.commit()
+                return result
+            except psycopg.OperationalError as exc:
+                conn.close()
+                self._conn = None
+                raise StoreError(
+                    f"the answer board of postgresql store '{redact_dsn(self.dsn)}' lost its "
+                    f"connection: {str(exc).strip().splitlines()[0]}; retry"
+                ) from exc
+            except BaseException:
+                if not conn.closed:
+                    conn.rollback()
+                raise
+
+        async with self._lock:
+            # Not abandoned on cancellation: a write either completes or never started.
+            return await trio.to_thread.run_sync(call)
+
+    def _ensure(self, conn: Connection[Any]) -> None:
+        if not self._ensured:
+            for statement in _DDL:
+                conn.execute(self._q(statement))
+            self._ensured = True
+
+    def _has_board(self, conn: Connection[Any]) -> bool:
+        return self._ensured or _table_exists(conn, self.schema, "board_answers")
+
+    def _status(
+        self, conn: Connection[Any], question_id: str, *, lock: bool
+    ) -> QuestionStatus | None:
+        row = None
+        if self._has_board(conn):
+            query = "SELECT question, settled FROM {s}.board_questions WHERE id = %s"
+            row = conn.execute(
+                self._q(query + (" FOR UPDATE" if lock else "")), (question_id,)
+            ).fetchone()
+        if row is None:
+            if not _table_exists(conn, self.schema, "events"):
+                return None
+            decided = conn.execute(self._q(_DECIDED_ANYWHERE), (question_id,)).fetchone()
+            if decided is None:
+                return None
+            stub = PendingQuestion(
+                id=question_id, session_id="", agent="", tool_name="?", asked_at_ms=0, owner=""
+            )
+            return QuestionStatus(question=stub, settled=Outcome(decided[0]))
+        question = converter.structure(json.loads(row[0]), PendingQuestion)
+        settled = Outcome(row[1]) if row[1] is not None else None
+        if settled is None:
+            decided = conn.execute(self._q(_DECIDED), (question.session_id, question_id)).fetchone()
+            settled = Outcome(decided[0]) if decided is not None else None
+        answer_row = conn.execute(
+            self._q(
+                "SELECT question_id, outcome, answered_by, answered_ms FROM {s}.board_answers "
+                "WHERE question_id = %s"
+            ),
+            (question_id,),
+        ).fetchone()
+        answer = _answer_from(answer_row) if answer_row is not None else None
+        return QuestionStatus(question=question, answer=answer, settled=settled)
+
+    async def publish(self, question: PendingQuestion) -> None:
+        """Put *question* up; committed on return. Cancellation: waits for the write."""
+        text = json.dumps(converter.unstructure(question), separators=(",", ":"))
+
+        def write(conn: Connection[Any]) -> None:
+            self._ensure(conn)
+            conn.execute(
+                self._q(
+                    "INSERT INTO {s}.board_questions (id, session_id, asked_ms, question) "
+                    "VALUES (%s, %s, %s, %s)"
+                ),
+                (question.id, question.session_id, question.asked_at_ms, text),
+            )
+
+        await self._run(write)
+
+    async def retire(self, question_id: str, outcome: Outcome) -> None:
+        """Record the settled outcome (the first stays). Cancellation: waits for the write."""
+
+        def write(conn: Connection[Any]) -> None:
+            if self._has_board(conn):
+                conn.execute(
+                    self._q(
+                        "UPDATE {s}.board_questions SET settled = %s, settled_ms = %s "
+                        "WHERE id = %s AND settled IS NULL"
+                    ),
+                    (outcome.value, wall_clock_ms(), question_id),
+                )
+
+        await self._run(write)
+
+    async def answer(self, question_id: str, outcome: Outcome, by: str | None) -> RemoteAnswer:
+        """Give the first answer, atomically, and notify the asker (module doc).
+        Cancellation: waits for the transaction."""
+        value = check_answer(outcome, by)
+
+        def write(conn: Connection[Any]) -> RemoteAnswer:
+            refused = refusal(question_id, self._status(conn, question_id, lock=True))
+            if refused is not None:
+                raise refused
+            answer = RemoteAnswer(
+                question_id=question_id, outcome=value, by=by, answered_at_ms=wall_clock_ms()
+            )
+            conn.execute(
+                self._q(
+                    "INSERT INTO {s}.board_answers (question_id, outcome, answered_by, "
+                    "answered_ms) VALUES (%s, %s, %s, %s)"
+                ),
+                (question_id, value.value, by, answer.answered_at_ms),
+            )
+            payload = json.dumps([question_id, value.value, by, answer.answered_at_ms])
+            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+            return answer
+
+        return await self._run(write)
+
+    async def status(self, question_id: str) -> QuestionStatus | None:
+        """Where the question stands. Cancellation: nothing changes."""
+        return await self._run(lambda conn: self._status(conn, question_id, lock=False))
+
+    async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
+        """The questions put up and settled neither on the board nor in the log, oldest first.
+        Cancellation: nothing changes."""
+
+        def read(conn: Connection[Any]) -> list[PendingQuestion]:
+            if not self._has_board(conn):
+                return []
+            query = (
+                "SELECT q.question FROM {s}.board_questions q WHERE q.settled IS NULL "
+                "AND NOT EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = q.session_id "
+                "AND e.line::jsonb->>'type' = 'approval/decided' "
+                "AND e.line::jsonb->'data'->>'id' = q.id)"
+            )
+            parameters: tuple[str, ...] = ()
+            if session_id is not None:
+                query += " AND q.session_id = %s"
+                parameters = (session_id,)
+            rows = conn.execute(self._q(query + " ORDER BY q.asked_ms, q.id"), parameters)
+            return [converter.structure(json.loads(text), PendingQuestion) for (text,) in rows]
+
+        return await self._run(read)
+
+    async def wait_answer(self, question_id: str) -> RemoteAnswer:
+        """Wait for the first answer (module doc). Cancellation: stops waiting; another
+        waiting task takes over the listening."""
+        if question_id in self._waiting:
+            raise ValueError(
+                f"question {question_id!r} is waited for already: wait once per question"
+            )
+        event = self._waiting[question_id] = trio.Event()
+        try:
+            while question_id not in self._answers:
+                if self._listening:
+                    with trio.move_on_after(self.poll_interval):
+                        await event.wait()
+                    continue
+                self._listening = True
+                try:
+                    await self._listen_until(event)
+                finally:
+                    self._listening = False
+            return self._answers[question_id]
+        finally:
+            del self._waiting[question_id]
+            self._answers.pop(question_id, None)
+
+    def _deliver(self, answer: RemoteAnswer) -> None:
+        waiter = self._waiting.get(answer.question_id)
+        if waiter is not None:
+            self._answers[answer.question_id] = answer
+            waiter.set()
+
+    async def _listen_until(self, done: trio.Event) -> None:
+        """Listen (and poll) until *done* is set; reconnects after a lost connection."""
+        backoff = 0.05
+        while not done.is_set():
+            try:
+                listener = await trio.to_thread.run_sync(self._open_listener)
+            except StoreError:
+                with trio.move_on_after(backoff):
+                    await done.wait()
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+                continue
+            try:
+                backoff = 0.05
+                await self._poll()
+                await self._serve_listener(listener, done)
+            except (psycopg.OperationalError, StoreError, OSError):
+                continue  # the connection was lost: reconnect, poll again
+            finally:
+                listener.close()
+
+    def _open_listener(self) -> Connection[Any]:
+        conn = self._connect(autocommit=True, name="broker-board-listener")
+        try:
+            conn.execute(sql.SQL("LISTEN {c}").format(c=sql.Identifier(self.channel)))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _serve_listener(self, conn: Connection[Any], done: trio.Event) -> None:
+        pgconn = conn.pgconn
+        while not done.is_set():
+            with trio.move_on_after(self.poll_interval) as idle:
+                await trio.lowlevel.wait_readable(pgconn.socket)
+            if idle.cancelled_caught:
+                await self._poll()  # the fallback: a notification may have been lost
+                continue
+            pgconn.consume_input()  # raises OperationalError on a lost connection
+            while (notify := pgconn.notifies()) is not None:
+                try:
+                    qid, outcome, by, at_ms = json.loads(notify.extra)
+                    self._deliver(
+                        RemoteAnswer(
+                            question_id=qid, outcome=Outcome(outcome), by=by, answered_at_ms=at_ms
+                        )
+                    )
+                except (ValueError, TypeError):
+                    await self._poll()  # not ours, or malformed: ask the table instead
+
+    async def _poll(self) -> None:
+        ids = [qid for qid in self._waiting if qid not in self._answers]
+        if not ids:
+            await trio.lowlevel.checkpoint()
+            return
+
+        def read(conn: Connection[Any]) -> list[RemoteAnswer]:
+            if not self._has_board(conn):
+                return []
+            rows = conn.execute(
+                self._q(
+                    "SELECT question_id, outcome, answered_by, answered_ms FROM "
+                    "{s}.board_answers WHERE question_id = ANY(%s)"
+                ),
+                (ids,),
+            )
+            return [_answer_from(row) for row in rows]
+
+        for answer in await self._run(read):
+            self._deliver(answer)
