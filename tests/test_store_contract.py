@@ -263,14 +263,6 @@ KNOWN_VIOLATIONS: dict[str, str] = {
     "test_every_call_after_close_raises[memory-read]": (
         "MemoryStore.read does not check that the store is open: it answers after aclose"
     ),
-    "test_an_out_of_sequence_submission_is_refused_at_once[sqlite]": (
-        "SqliteStore.submit queues an out-of-sequence submission and fails its ticket later, "
-        "in the writer; the protocol says submit raises StoreError at once"
-    ),
-    "test_an_out_of_sequence_submission_is_refused_at_once[postgres]": (
-        "PostgresStore.submit is the same store-neutral writer as SQLite's: it queues an "
-        "out-of-sequence submission and fails its ticket later"
-    ),
 }
 
 

@@ -27,7 +27,7 @@ from ._requests import AppendRequest, CreateRequest, ImportRequest, Request
 if TYPE_CHECKING:
     from ._worker_thread import Chained
 
-__all__ = ["Job", "SessionExistsError", "empty_job", "stage_group"]
+__all__ = ["Job", "SessionExistsError", "empty_job", "out_of_sequence", "stage_group"]
 
 
 class SessionExistsError(StoreError):
@@ -108,7 +108,7 @@ def stage_group(
             if given is not None and request.seq != seq:
                 # Sequenced on top of events that did not land (an earlier group failed):
                 # refused, so the session re-reads its head before sequencing again.
-                rejected.append((request, _out_of_sequence(location, session_id, request, seq)))
+                rejected.append((request, out_of_sequence(location, request, seq)))
                 continue
             prefix = prefixes.get(session_id)
             if prefix is None:
@@ -148,11 +148,10 @@ def stage_group(
     return Job(plan=plan, accepted=accepted, rejected=rejected, staged=staged)
 
 
-def _out_of_sequence(
-    location: str, session_id: str, request: AppendRequest, seq: int
-) -> StoreError:
+def out_of_sequence(location: str, request: AppendRequest, seq: int) -> StoreError:
+    """The refusal of a submission that does not follow its session's log, which ends at *seq*."""
     return StoreError(
-        f"session {session_id!r} submitted events after seq {request.seq}, but its log in "
-        f"'{location}' ends at seq {seq} (an earlier write failed): re-read the head "
+        f"session {request.session_id!r} submitted events after seq {request.seq}, but its log "
+        f"in '{location}' ends at seq {seq} (an earlier write failed): re-read the head "
         "(store.head) before sequencing again"
     )

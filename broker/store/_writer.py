@@ -64,7 +64,7 @@ from ._requests import (
     Request,
     wall_clock_ms,
 )
-from ._stage import Job, empty_job, stage_group
+from ._stage import Job, empty_job, out_of_sequence, stage_group
 from ._worker_thread import JobSkipped, WorkerThread
 
 if TYPE_CHECKING:
@@ -120,6 +120,14 @@ class GroupWriter:
     _room: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     # Requests sent to the inbox and not yet taken by the actor (cheaper than statistics()).
     _backlog: int = attrs.field(default=0, init=False)
+    # The seq the next submission of a session must follow: what was handed over for it so far
+    # (set at every hand-over of an append). Absent: its committed head. Lets submit refuse an
+    # out-of-sequence submission at once (the ticket comes back failed, nothing queued).
+    _next_seq: dict[str, int] = attrs.field(factory=dict, init=False)
+    # Sessions an append of which failed: what was handed over after it may not land, so their
+    # next seq is unknown (submissions are queued unchecked; staging refuses those that do not
+    # follow the log) until their head is re-read (a HeadRequest answered after the failure).
+    _adrift: set[str] = attrs.field(factory=set, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[Request](self.inbox_size)
@@ -155,11 +163,19 @@ class GroupWriter:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self.closed_error() from None
         self._backlog += 1
+        if isinstance(request, AppendRequest):
+            self._handed_over(request)
         await request.wait()
 
-    def submit_nowait(self, request: Request) -> None:
+    def submit_nowait(self, request: AppendRequest) -> None:
         """Queue *request* without waiting (the session's submit). Raises :class:`StoreError`
-        when the writer is closed or its inbox is full (check :attr:`congested` first)."""
+        when the writer is closed or its inbox is full (check :attr:`congested` first). A
+        submission that does not follow what was handed over for its session is refused at
+        once: *request* comes back failed and nothing is queued."""
+        expected = self._expected_seq(request.session_id)
+        if expected is not None and request.seq is not None and request.seq != expected:
+            request.fail(out_of_sequence(self.backend.location, request, expected))
+            return
         try:
             self._send.send_nowait(request)
             self._backlog += 1
@@ -170,6 +186,29 @@ class GroupWriter:
             ) from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self.closed_error() from None
+        self._handed_over(request)
+
+    def _expected_seq(self, session_id: str) -> int | None:
+        """The seq *session_id*'s next submission must follow; None while it is adrift."""
+        if session_id in self._adrift:
+            return None
+        seq = self._next_seq.get(session_id)
+        if seq is None:
+            head = self._heads.get(session_id)
+            seq = 0 if head is None else head.seq
+        return seq
+
+    def _handed_over(self, request: AppendRequest) -> None:
+        expected = self._expected_seq(request.session_id)
+        if expected is not None:
+            self._next_seq[request.session_id] = expected + len(request.lines)
+
+    def _refuse(self, request: Request, error: StoreError) -> None:
+        """Fail *request*; after a failed append, its session is adrift (see ``_adrift``)."""
+        if isinstance(request, AppendRequest):
+            self._next_seq.pop(request.session_id, None)
+            self._adrift.add(request.session_id)
+        request.fail(error)
 
     @property
     def congested(self) -> bool:
@@ -273,7 +312,7 @@ class GroupWriter:
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return
             self._backlog -= 1
-            request.fail(self.closed_error())
+            self._refuse(request, self.closed_error())
 
     async def _serve(self) -> None:
         async for first in self._receive:
@@ -296,7 +335,7 @@ class GroupWriter:
                 await self._process(group)
             except BaseException as exc:
                 for request in group:
-                    request.fail(StoreError(f"{self.label} failed: {exc!r}"))
+                    self._refuse(request, StoreError(f"{self.label} failed: {exc!r}"))
                 raise
         await self._settle()
 
@@ -311,6 +350,11 @@ class GroupWriter:
         await self._settle()
         for request in group:
             if isinstance(request, HeadRequest):
+                if request.session_id in self._adrift:
+                    # Everything handed over before this request is settled: its owner
+                    # sequences from the head it is about to get.
+                    self._adrift.discard(request.session_id)
+                    self._next_seq.pop(request.session_id, None)
                 head = self._heads.get(request.session_id)
                 if head is not None:
                     request.head = StoreHead(seq=head.seq, state=head.state)
@@ -352,7 +396,7 @@ class GroupWriter:
         this one, which is staged again from what is committed."""
         if self._broken is not None:
             for request in writes:
-                request.fail(self._broken_error())
+                self._refuse(request, self._broken_error())
             await trio.lowlevel.checkpoint()
             return
         if self._unsure and self._in_flight is None:
@@ -382,7 +426,7 @@ class GroupWriter:
     def _restage(self, writes: Sequence[Request], now: int) -> Job:
         if self._broken is not None:
             for request in writes:
-                request.fail(self._broken_error())
+                self._refuse(request, self._broken_error())
             return empty_job()
         return self._stage(writes, now)
 
@@ -390,7 +434,7 @@ class GroupWriter:
         """Answer the requests staging refused and hand the job to the thread: *chained*, queued
         behind the group in flight (then it is :attr:`_queued`), else started at once."""
         for request, error in job.rejected:
-            request.fail(error)
+            self._refuse(request, error)
         if not job.accepted:
             return
         fault, self._fault = self._fault, None
@@ -450,7 +494,7 @@ class GroupWriter:
             else:
                 error = StoreError(f"write to {self.backend.where} failed: {exc!r}")
                 error.__cause__ = exc
-            request.fail(error)
+            self._refuse(request, error)
         if not isinstance(exc, (*io_errors, StoreError)):
             # A bug, not an I/O error: stop accepting work rather than guess.
             self._broken = f"unexpected {type(exc).__name__}: {exc}"
