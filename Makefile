@@ -13,7 +13,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # flake8-async: the library must checkpoint in every async function (ASYNC910/911/912, house
 # rule 3). Tests and benches are exempt from those and from ASYNC124 (async without await):
 # their answerer stubs deliberately answer without yielding, a case the broker must handle.
-STARTABLE   := serve_answerer,serve_broker,serve_acp,start_answerer,run_actor,run_timer,session_task,actor
+STARTABLE   := serve_answerer,serve_broker,serve_acp,start_answerer,run_actor,run_timer,session_task,actor,serve_inbox,run_poller
 ASYNC_LIB   := --disable=ASYNC124 --startable-in-context-manager=$(STARTABLE)
 ASYNC_TESTS := --disable=ASYNC124,ASYNC910,ASYNC911,ASYNC912 \
   --startable-in-context-manager=$(STARTABLE)
@@ -29,9 +29,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
-# bubblewrap is the real sandbox of the bash tool; Node.js runs the official TypeScript ACP
-# client in the interop tests; PostgreSQL's server binaries let the tests start a throwaway
-# cluster where no server answers (tests/postgres_server.py). Install them once when missing.
+# bubblewrap is the real sandbox of the bash tool; Chromium shows the web inbox's page in the
+# browser tests (Playwright drives Debian's chromium, never a browser download of its own);
+# Node.js runs the official TypeScript ACP client in the interop tests; PostgreSQL's server
+# binaries let the tests start a throwaway cluster where no server answers
+# (tests/postgres_server.py). Install them once when missing.
 system-deps:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  echo "installing bubblewrap (Debian package) ..."; \
@@ -39,6 +41,9 @@ system-deps:
 	@command -v npm >/dev/null 2>&1 || { \
 	  echo "installing nodejs and npm (Debian packages) ..."; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nodejs npm; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (Debian package; the inbox's browser tests drive it headless) ..."; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
 	  echo "installing postgresql (Debian package; the tests start a throwaway cluster) ..."; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql; }

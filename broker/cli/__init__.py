@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _acp, _answers, _chaos, _demo, _hooks, _log
+from . import _acp, _answers, _chaos, _demo, _hooks, _inbox, _log
 from ._errors import EXIT_USAGE, run_command
 
 __all__ = ["main"]
@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     _log.register(sub)
     _hooks.register(sub)
     _answers.register(sub)
+    _inbox.register(sub)
     _accept_debug_anywhere(parser)
     return parser
 

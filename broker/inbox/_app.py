@@ -1,0 +1,218 @@
+"""The inbox as an ASGI application: the page, its live stream, and the answering POST.
+
+Routes (every one needs the token first — 401 and no data without it, :mod:`._auth`):
+
+========================  ================================================================
+``GET /``                 the page; ``/?token=…`` sets the cookie and redirects to ``/``
+``GET /inbox.js|css``     the page's script and style
+``GET /events``           Server-Sent Events: ``snapshot`` then ``change`` events (:mod:`._feed`)
+``GET /api/pending``      the pending questions now, as one JSON ``snapshot``
+``POST /api/answer``      ``{"id", "outcome": "allowed-once"|"rejected", "by"}`` with the
+                          ``X-CSRF-Token`` header (403 without it, nothing recorded); 200 the
+                          answer was taken, 409 refused naming what was recorded, 404 an unknown
+                          id, 400 a bad body
+========================  ================================================================
+
+A tiny hand-written ASGI app rather than a framework (decision 0019): five routes, and the
+stream's lifetime, its bound and its cancellation are written here in trio terms.
+
+Containment: a :class:`~broker.store.StoreError` while answering becomes a 503 naming it;
+anything else propagates to the server, which answers 500 and logs it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .._cattrs_errors import STRUCTURE_ERRORS, problems
+from .._codec import converter
+from ..store._board import AnswerRefusedError, UnknownQuestionError, check_answer
+from ..store._protocol import StoreError
+from ._feed import Feed, FeedBusyError
+from ._http import (
+    BodyTooLargeError,
+    Receive,
+    Request,
+    Send,
+    read_body,
+    respond,
+    start_response,
+)
+from ._page import ASSETS, asset, page_html
+from ._wire import AnswerBody, AnswerReply, Snapshot, dumps, shown, shown_name
+
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+    from ..store._board import AnswerBoard
+    from ._auth import InboxKeys
+
+__all__ = ["InboxApp"]
+
+_JSON = "application/json"
+_UNAUTHORIZED = (
+    b"unauthorized: open the address broker inbox printed (it ends in ?token=...), or send "
+    b"the token as 'Authorization: Bearer TOKEN'\n"
+)
+
+
+def _problem(status: int, error: str, question_id: str | None = None) -> tuple[int, bytes]:
+    return status, dumps(AnswerReply(id=question_id, error=error))
+
+
+@attrs.define(eq=False)
+class InboxApp:
+    """The ASGI app over *board*, guarded by *keys*, streaming *feed* (module doc)."""
+
+    board: AnswerBoard
+    keys: InboxKeys
+    feed: Feed
+    #: Seconds between two keep-alive comments on an idle stream (a dead client shows then).
+    heartbeat: float = 15.0
+    #: The longest answering POST body taken.
+    max_body: int = 8192
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection scope. Cancellation: the request is cut short."""
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            # No WebSocket here: refuse the handshake.
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        request = Request.from_scope(scope)
+        if not self.keys.authorized(request):
+            await respond(send, 401, _UNAUTHORIZED, extra=((b"www-authenticate", b"Bearer"),))
+            return
+        await self._route(request, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _route(self, request: Request, receive: Receive, send: Send) -> None:
+        method, path = request.method, request.path
+        if path == "/api/answer":
+            if method != "POST":
+                await respond(send, 405, b"use POST\n", extra=((b"allow", b"POST"),))
+                return
+            status, body = await self._answer(request, receive)
+            await respond(send, status, body, _JSON)
+            return
+        if method not in ("GET", "HEAD"):
+            await respond(send, 405, b"use GET\n", extra=((b"allow", b"GET"),))
+            return
+        if path == "/":
+            if self.keys.query_token_ok(request):
+                # The first visit: the cookie from now on, and the token out of the address bar.
+                cookie = self.keys.set_cookie().encode()
+                await respond(send, 303, b"", extra=((b"set-cookie", cookie), (b"location", b"/")))
+                return
+            await respond(send, 200, page_html(self.keys.csrf), "text/html; charset=utf-8")
+        elif path in ASSETS:
+            name, content_type = ASSETS[path]
+            await respond(send, 200, asset(name), content_type)
+        elif path == "/events":
+            await self._events(receive, send)
+        elif path == "/api/pending":
+            await self._pending(send)
+        else:
+            await respond(send, 404, b"not found\n")
+
+    async def _pending(self, send: Send) -> None:
+        try:
+            questions = await self.board.pending()
+        except StoreError as exc:
+            await respond(send, 503, dumps(AnswerReply(error=str(exc))), _JSON)
+            return
+        limited = [shown(q) for q in questions[: self.feed.limit]]
+        body = dumps(Snapshot(questions=limited, total=len(questions), now_ms=_now_ms()))
+        await respond(send, 200, body, _JSON)
+
+    async def _answer(self, request: Request, receive: Receive) -> tuple[int, bytes]:
+        await trio.lowlevel.checkpoint()
+        # The CSRF check comes before the body is even read: a forged POST changes nothing.
+        if not self.keys.csrf_ok(request):
+            return _problem(
+                403,
+                "csrf token missing or wrong: send the X-CSRF-Token the page was served with "
+                "(reload the page)",
+            )
+        content_type = (request.header("content-type") or "").split(";")[0].strip().lower()
+        if content_type != _JSON:
+            return _problem(415, "content-type must be application/json: send the answer as JSON")
+        try:
+            raw = await read_body(receive, self.max_body)
+        except BodyTooLargeError:
+            return _problem(
+                413, f"body must be at most {self.max_body} bytes: send id, outcome, by"
+            )
+        try:
+            body = converter.structure(json.loads(raw), AnswerBody)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _problem(400, 'body must be JSON: {"id", "outcome", "by"}')
+        except STRUCTURE_ERRORS as exc:
+            return _problem(400, "body: " + "; ".join(problems(exc)))
+        try:
+            outcome = check_answer(body.outcome, body.by)
+        except ValueError as exc:
+            return _problem(400, str(exc), body.id)
+        try:
+            answer = await self.board.answer(body.id, outcome, body.by)
+        except UnknownQuestionError as exc:
+            return _problem(404, shown_name(str(exc)), body.id)
+        except AnswerRefusedError as exc:
+            recorded = exc.recorded.value if exc.recorded is not None else None
+            by = shown_name(exc.answered_by) if exc.answered_by is not None else None
+            reply = AnswerReply(id=body.id, error=shown_name(str(exc)), recorded=recorded, by=by)
+            return 409, dumps(reply)
+        except StoreError as exc:
+            return _problem(503, str(exc), body.id)
+        reply = AnswerReply(id=answer.question_id, outcome=answer.outcome.value, by=body.by)
+        return 200, dumps(reply)
+
+    async def _events(self, receive: Receive, send: Send) -> None:
+        async with trio.open_nursery() as nursery:
+            try:
+                async with self.feed.subscribe(nursery.cancel_scope) as (first, changes):
+                    await start_response(send, 200, "text/event-stream; charset=utf-8")
+                    nursery.start_soon(_until_disconnect, receive, nursery.cancel_scope)
+                    # retry: how soon the browser reconnects after a dropped stream (ms).
+                    await _chunk(send, b"retry: 1000\n\n" + first)
+                    while True:
+                        with trio.move_on_after(self.heartbeat):
+                            message = await changes.receive()
+                            await _chunk(send, message)
+                            continue
+                        await _chunk(send, b": keep-alive\n\n")
+            except FeedBusyError as exc:
+                await respond(send, 503, str(exc).encode() + b"\n")
+            except trio.EndOfChannel:
+                # The feed dropped this page; end the response, the browser reconnects.
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            nursery.cancel_scope.cancel(reason="broker inbox: the stream ended")
+
+
+async def _chunk(send: Send, data: bytes) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def _until_disconnect(receive: Receive, stream: trio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    stream.cancel(reason="broker inbox: the page went away")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

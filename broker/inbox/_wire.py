@@ -1,0 +1,111 @@
+"""What the inbox sends and receives, in its camelCase JSON form (through the one converter).
+
+Every string a model, a tool or a person produced goes out through :func:`shown`, which escapes
+control characters, bidi overrides and invisible separators visibly (``\\x1b``, ``\\u202e``,
+:func:`broker._display.printable`); the page then puts it in the DOM as text, never as markup.
+"""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+
+from .._codec import converter, register_wire_type
+from .._display import printable
+from ..store._board import PendingQuestion
+
+__all__ = [
+    "AnswerBody",
+    "AnswerReply",
+    "Change",
+    "Gone",
+    "Snapshot",
+    "dumps",
+    "shown",
+    "shown_name",
+]
+
+
+@attrs.frozen(kw_only=True)
+class Gone:
+    """A question that left the pending list: what it settled as and who answered, if known
+    (``outcome`` is absent when the board no longer knows it, e.g. forgotten after long)."""
+
+    id: str
+    outcome: str | None = None
+    by: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Snapshot:
+    """Every pending question, oldest first (at most ``limit`` of ``total``), at ``now_ms``."""
+
+    questions: list[PendingQuestion]
+    total: int
+    now_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class Change:
+    """What changed since the last poll: questions put up, questions gone."""
+
+    added: list[PendingQuestion] = attrs.field(factory=list)
+    gone: list[Gone] = attrs.field(factory=list)
+    total: int
+    now_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class AnswerBody:
+    """The body of ``POST /api/answer``."""
+
+    id: str
+    outcome: str
+    by: str
+
+
+@attrs.frozen(kw_only=True)
+class AnswerReply:
+    """The reply to ``POST /api/answer``: the answer taken, or why it was refused (``error``)
+    with what the question has recorded (``recorded``, ``by``)."""
+
+    id: str | None = None
+    outcome: str | None = None
+    by: str | None = None
+    error: str | None = None
+    recorded: str | None = None
+
+
+for _cls in (PendingQuestion, Gone, Snapshot, Change, AnswerBody, AnswerReply):
+    register_wire_type(_cls)
+
+
+def _text(value: str | None, *, keep_newlines: bool = False) -> str | None:
+    return None if value is None else printable(value, keep_newlines=keep_newlines)
+
+
+def shown(question: PendingQuestion) -> PendingQuestion:
+    """*question* with every produced field escaped for a person (module doc)."""
+    return attrs.evolve(
+        question,
+        session_id=printable(question.session_id),
+        agent=printable(question.agent),
+        tool_name=printable(question.tool_name),
+        call_id=_text(question.call_id),
+        reason=_text(question.reason, keep_newlines=True),
+        display_reason=_text(question.display_reason, keep_newlines=True),
+        owner=printable(question.owner),
+    )
+
+
+def shown_name(by: str) -> str:
+    """A person's name as the page shows it (escaped like every produced field)."""
+    return printable(by)
+
+
+def dumps(value: object) -> bytes:
+    """*value* (a registered wire type) as compact UTF-8 JSON."""
+    return json.dumps(
+        converter.unstructure(value), separators=(",", ":"), ensure_ascii=False
+    ).encode()

@@ -1,0 +1,207 @@
+// The broker inbox page. Invariant: every string that came from the server — a model's
+// reason, a tool name, an agent, a person's name — reaches the DOM through textContent (the
+// text() helper), never innerHTML or an attribute that runs code. The server already escaped
+// control and bidi characters visibly (\x1b, \u202e).
+"use strict";
+
+const SETTLED_KEPT = 200; // the settled list is bounded: the oldest rows leave first
+const csrf = document.querySelector('meta[name="csrf-token"]').content;
+const pendingList = document.getElementById("pending");
+const settledList = document.getElementById("settled");
+const byInput = document.getElementById("by");
+const cards = new Map(); // question id -> {card, question}
+let clockSkew = 0; // server time minus this browser's time, in ms
+
+function text(tag, className, value) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  node.textContent = value == null ? "" : String(value);
+  return node;
+}
+
+function duration(ms) {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+function now() {
+  return Date.now() + clockSkew;
+}
+
+function field(list, label, value) {
+  if (value == null || value === "") return;
+  list.append(text("dt", null, label), text("dd", null, value));
+}
+
+function card(q) {
+  const li = document.createElement("li");
+  li.className = "question";
+  li.tabIndex = 0;
+  li.dataset.id = q.id;
+  const head = document.createElement("div");
+  head.className = "head";
+  head.append(text("span", "tool", q.toolName), text("span", "call", q.callId ?? ""));
+  head.append(text("span", "waited", ""), text("span", "deadline", ""));
+  const facts = document.createElement("dl");
+  field(facts, "Reason", q.reason);
+  field(facts, "Shown as", q.displayReason);
+  field(facts, "Session", q.sessionId);
+  field(facts, "Agent", q.agent);
+  field(facts, "Asked by", q.owner);
+  field(facts, "Question", q.id);
+  const actions = document.createElement("div");
+  actions.className = "actions";
+  const allow = text("button", "allow", "Allow once");
+  const reject = text("button", "reject", "Reject");
+  allow.type = reject.type = "button";
+  allow.addEventListener("click", () => answer(q.id, "allowed-once"));
+  reject.addEventListener("click", () => answer(q.id, "rejected"));
+  actions.append(allow, reject, text("span", "result", ""));
+  li.append(head, facts, actions);
+  return li;
+}
+
+function tick() {
+  const t = now();
+  for (const { card: li, question: q } of cards.values()) {
+    li.querySelector(".waited").textContent = `waiting ${duration(t - q.askedAtMs)}`;
+    const deadline = li.querySelector(".deadline");
+    if (q.deadlineMs == null) deadline.textContent = "no deadline";
+    else if (q.deadlineMs > t) deadline.textContent = `deadline in ${duration(q.deadlineMs - t)}`;
+    else deadline.textContent = "deadline passed";
+  }
+}
+
+function counted(total) {
+  document.getElementById("pending-count").textContent = total ? `(${total})` : "";
+  document.getElementById("empty").hidden = cards.size > 0;
+}
+
+function add(q) {
+  if (cards.has(q.id)) return;
+  const li = card(q);
+  cards.set(q.id, { card: li, question: q });
+  pendingList.append(li);
+}
+
+function settle(id, outcome, by) {
+  const entry = cards.get(id);
+  if (!entry) return;
+  cards.delete(id);
+  const li = entry.card;
+  const hadFocus = li.contains(document.activeElement);
+  const next = li.nextElementSibling || li.previousElementSibling;
+  li.remove();
+  li.classList.add("gone");
+  li.removeAttribute("tabindex");
+  li.querySelector(".actions").remove();
+  li.querySelector(".waited").textContent = "";
+  li.querySelector(".deadline").textContent = "";
+  const what = outcome ? `settled as ${outcome}` : "no longer pending";
+  li.append(text("p", `outcome ${outcome ?? "unknown"}`, by ? `${what} by ${by}` : what));
+  settledList.prepend(li);
+  while (settledList.children.length > SETTLED_KEPT) settledList.lastElementChild.remove();
+  if (hadFocus && next) next.focus();
+}
+
+function snapshot(data) {
+  clockSkew = data.nowMs - Date.now();
+  const ids = new Set(data.questions.map((q) => q.id));
+  for (const id of [...cards.keys()]) if (!ids.has(id)) settle(id, null, null);
+  for (const q of data.questions) add(q);
+  counted(data.total);
+  tick();
+}
+
+function change(data) {
+  clockSkew = data.nowMs - Date.now();
+  for (const gone of data.gone ?? []) settle(gone.id, gone.outcome, gone.by);
+  for (const q of data.added ?? []) add(q);
+  counted(data.total);
+  tick();
+}
+
+async function answer(id, outcome) {
+  const entry = cards.get(id);
+  if (!entry) return;
+  const result = entry.card.querySelector(".result");
+  const by = byInput.value.trim();
+  if (!by) {
+    result.textContent = "enter your name first: it is recorded as answeredBy";
+    byInput.focus();
+    return;
+  }
+  localStorage.setItem("broker-inbox-by", by);
+  const buttons = entry.card.querySelectorAll(".actions button");
+  for (const b of buttons) b.disabled = true;
+  result.textContent = "sending…";
+  let reply = {};
+  let status = 0;
+  try {
+    const response = await fetch("/api/answer", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+      body: JSON.stringify({ id, outcome, by }),
+      credentials: "same-origin",
+    });
+    status = response.status;
+    reply = await response.json().catch(() => ({}));
+  } catch (error) {
+    reply = { error: `the inbox did not answer: ${error}` };
+  }
+  if (status === 200) {
+    result.textContent = `answered ${reply.outcome} by ${reply.by}: waiting for the asker to record it`;
+    entry.card.classList.add("answered");
+    return;
+  }
+  if (reply.recorded) {
+    const by = reply.by ? ` by ${reply.by}` : "";
+    result.textContent = `refused: ${reply.error} (recorded: ${reply.recorded}${by})`;
+    entry.card.classList.add("refused");
+    return;
+  }
+  result.textContent = `not answered: ${reply.error ?? `HTTP ${status}`}`;
+  for (const b of buttons) b.disabled = false;
+}
+
+function focusStep(step) {
+  const all = [...pendingList.children];
+  if (!all.length) return;
+  const at = all.findIndex((li) => li.contains(document.activeElement));
+  const next = at < 0 ? (step > 0 ? 0 : all.length - 1) : Math.min(all.length - 1, Math.max(0, at + step));
+  all[next].focus();
+}
+
+document.addEventListener("keydown", (event) => {
+  if (event.ctrlKey || event.metaKey || event.altKey) return;
+  if (event.target instanceof HTMLInputElement) return;
+  const li = document.activeElement && document.activeElement.closest("#pending li.question");
+  if (event.key === "j" || event.key === "ArrowDown") focusStep(1);
+  else if (event.key === "k" || event.key === "ArrowUp") focusStep(-1);
+  else if (li && event.key === "a") answer(li.dataset.id, "allowed-once");
+  else if (li && event.key === "r") answer(li.dataset.id, "rejected");
+  else return;
+  event.preventDefault();
+});
+
+function connect() {
+  const connection = document.getElementById("connection");
+  const source = new EventSource("/events");
+  source.addEventListener("open", () => {
+    connection.textContent = "live";
+    connection.className = "connection live";
+  });
+  source.addEventListener("error", () => {
+    connection.textContent = "reconnecting…";
+    connection.className = "connection down";
+  });
+  source.addEventListener("snapshot", (event) => snapshot(JSON.parse(event.data)));
+  source.addEventListener("change", (event) => change(JSON.parse(event.data)));
+}
+
+byInput.value = localStorage.getItem("broker-inbox-by") ?? "";
+counted(0);
+connect();
+setInterval(tick, 1000);
