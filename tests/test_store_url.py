@@ -155,6 +155,16 @@ def _broker(*args: str) -> subprocess.CompletedProcess[str]:
             "of another kind: pass a SQLite file path (see broker demo --help)",
         ),
         (
+            ["log", "show", "postgresql://u:pw@db/b"],
+            "broker log show: argument store: broker log reads SQLite store files only, got a "
+            "postgresql:// URL: pass a file path or sqlite:///PATH (see broker log show --help)",
+        ),
+        (
+            ["log", "verify", "mysql://x"],
+            "broker log verify: argument store: expected a file path or sqlite:///PATH, got a "
+            "URL of another kind: pass a SQLite file path (see broker log verify --help)",
+        ),
+        (
             ["demo", "--store", "postgresql://db/b"],
             "broker demo: argument --store: the demo reads its log back from a SQLite file, "
             "got a postgresql:// URL: pass a file path or sqlite:///PATH (see broker demo --help)",
@@ -202,3 +212,19 @@ async def test_without_psycopg_a_postgresql_url_says_what_to_install(
         ):
             async with open_broker(store="postgresql://u:pw@h/db"):
                 pytest.fail("the broker must not start")  # pragma: no cover
+
+
+def test_broker_log_reads_a_store_named_by_a_sqlite_url(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "s.sqlite"
+
+    async def write() -> str:
+        with trio.fail_after(10):
+            async with open_broker(store=db) as broker, broker.open_session() as session:
+                return session.id
+
+    session_id = trio.run(write)
+    for command in (["show"], ["verify"], ["export", "--session", session_id]):
+        done = _broker("log", *command, "sqlite://" + str(db))
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == "" or command[0] == "export"
+    assert session_id in _broker("log", "show", "sqlite://" + str(db)).stdout

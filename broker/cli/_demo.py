@@ -17,9 +17,9 @@ from ..agent import AgentLoop, LoopObserver, Scenario, ScriptedModel
 from ..scenarios import scenario_path
 from ..store import open_sqlite_reader
 from ..store._logtools import show_session
-from ..store._url import PostgresUrl, StoreUrlError, parse_store_url
 from ..tools import BashTool, BubblewrapExecutor, SandboxUnavailableError, ToolRuntime
 from ._signals import run_until_signalled
+from ._store_args import sqlite_file
 from ._terminal import TerminalAnswerer
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def register(sub: _Sub) -> None:
     )
     parser.add_argument(
         "--store",
-        type=sqlite_file,
+        type=sqlite_file("the demo reads its log back from a SQLite file"),
         help="SQLite session log to write (a path or sqlite:///PATH); it is kept (default: "
         "sessions.sqlite in a new directory under the system's temporary directory)",
     )
@@ -78,28 +78,10 @@ def register(sub: _Sub) -> None:
     parser.set_defaults(func=run)
 
 
-def sqlite_file(text: str) -> pathlib.Path:
-    """A SQLite store file, as a path or ``sqlite:///PATH`` (the demo reads its log back from
-    the file, so a PostgreSQL URL is refused)."""
-    try:
-        where = parse_store_url(text, parameter="--store")
-    except StoreUrlError as exc:
-        raise argparse.ArgumentTypeError(
-            "expected a file path or sqlite:///PATH, got a URL of another kind: "
-            "pass a SQLite file path"
-        ) from exc
-    if isinstance(where, PostgresUrl):
-        raise argparse.ArgumentTypeError(
-            "the demo reads its log back from a SQLite file, got a postgresql:// URL: "
-            "pass a file path or sqlite:///PATH"
-        )
-    return pathlib.Path(where.path)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the demo; returns the exit status."""
     fixed = None if args.answer is None else _ANSWERS[args.answer]
-    store: pathlib.Path = args.store
+    store = None if args.store is None else pathlib.Path(args.store)
     if store is None:
         # Kept after the run (unlike the workspace), so the printed `broker log show` works.
         store = pathlib.Path(tempfile.mkdtemp(prefix="broker-demo-")) / "sessions.sqlite"
