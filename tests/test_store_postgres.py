@@ -277,6 +277,31 @@ async def test_the_chain_is_the_same_as_sqlites(postgres_dsn: str, tmp_path: Any
     assert len(postgres_rows) == 4
 
 
+async def test_ids_and_lines_with_copys_special_characters_are_stored_exactly(
+    postgres_dsn: str,
+) -> None:
+    # Rows go by COPY's text format: tab, newline, carriage return and backslash are escaped.
+    odd = "a\tb\nc\rd\\e \u2028 ✓"
+    events = [
+        TurnStart(turn=1),
+        ApprovalAsked(id="q\\1\t", tool_name="ba\\sh\n", reason='\\\t\r\n"'),
+    ]
+    with trio.fail_after(20):
+        async with open_postgres_store(postgres_dsn) as store:
+            await store.create_session(odd, "p\t\\")
+            await store.append(odd, events)
+            assert await store.read(odd) == events
+        async with open_postgres_store(postgres_dsn) as store:
+            assert await store.read(odd) == [
+                *events,
+                ApprovalDecided(id="q\\1\t", outcome=Outcome.CANCELLED, recovered=True),
+                TurnEnd(turn=1, reason=TurnEndReason(kind="interrupted")),
+            ]
+            assert store.session_ids() == [odd]
+    with open_postgres_reader(postgres_dsn) as reader:
+        verify_reader(reader)
+
+
 async def test_checkpoints_are_written_with_the_rows_and_at_close(postgres_dsn: str) -> None:
     grants = [ApprovalGrant(tool_name=f"t{n}") for n in range(5)]
     with trio.fail_after(20):
