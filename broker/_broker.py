@@ -523,7 +523,8 @@ class Broker:
     # -- shutdown -------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Stop opening sessions, close every session (in parallel), then end the nursery.
+        """Stop opening sessions, close every session (in parallel), close the answer board's
+        connections, then end the nursery.
 
         Cancellation: shielded and bounded by ``settle_grace`` per step; it never raises
         :class:`trio.Cancelled` itself. Invariant: no checkpoint follows the cancel of the root
@@ -544,6 +545,9 @@ class Broker:
             # Backstop: an actor still running now would hold the root nursery open forever.
             for session in list(self._sessions.values()):
                 session.halt("broker closed")
+            if self._board is not None:
+                with trio.move_on_after(self.settle_grace):
+                    await self._board.aclose()
         self._nursery.cancel_scope.cancel(reason="broker closed")
 
 

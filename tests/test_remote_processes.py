@@ -111,12 +111,16 @@ def test_the_api_answers_from_another_interpreter(store: str) -> None:
         code = (
             "import sys, trio\n"
             "from broker import answer_board\n"
-            "board = answer_board(sys.argv[1])\n"
-            "answer = trio.run(board.answer, sys.argv[2], 'rejected', 'bob')\n"
-            "print(answer.outcome)\n"
+            "async def main():\n"
+            "    board = answer_board(sys.argv[1])\n"
+            "    try:\n"
+            "        return await board.answer(sys.argv[2], 'rejected', 'bob')\n"
+            "    finally:\n"
+            "        await board.aclose()\n"
+            "print(trio.run(main).outcome)\n"
         )
         b = subprocess.run(
-            [sys.executable, "-c", code, str(store), row["id"]],
+            [sys.executable, "-W", "error", "-c", code, str(store), row["id"]],
             capture_output=True,
             text=True,
             timeout=TIMEOUT,

@@ -99,7 +99,7 @@ def _row(question: PendingQuestion) -> dict[str, object]:
 def run_pending(args: argparse.Namespace) -> int:
     """Run ``broker pending``; returns the exit status."""
     board = board_for(args.store)
-    questions = trio.run(board.pending, args.session)
+    questions = trio.run(_pending, board, args.session)
     rows = [_row(q) for q in questions]
     if args.json:
         print(json.dumps(rows, ensure_ascii=False))
@@ -144,17 +144,27 @@ def run_answer(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED
 
 
+async def _pending(board: AnswerBoard, session_id: str | None) -> list[PendingQuestion]:
+    try:
+        return await board.pending(session_id)
+    finally:
+        await board.aclose()
+
+
 async def _answer(
     board: AnswerBoard, question_id: str, outcome: Outcome, by: str | None, wait: float
 ) -> QuestionStatus | None:
     try:
-        await board.answer(question_id, outcome, by)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
-    with trio.move_on_after(wait):
-        while True:
-            status = await board.status(question_id)
-            if status is not None and status.settled is not None:
-                return status
-            await trio.sleep(_SETTLE_POLL)
-    return None
+        try:
+            await board.answer(question_id, outcome, by)
+        except ValueError as exc:
+            raise CliError(str(exc)) from exc
+        with trio.move_on_after(wait):
+            while True:
+                status = await board.status(question_id)
+                if status is not None and status.settled is not None:
+                    return status
+                await trio.sleep(_SETTLE_POLL)
+        return None
+    finally:
+        await board.aclose()

@@ -182,6 +182,13 @@ class AnswerBoard(Protocol):
         """
         ...
 
+    async def aclose(self) -> None:
+        """Close the board's own connections (a board that has none does nothing); the board
+        may be used again afterwards (it reconnects). Cancellation: the close may be cut short;
+        the server drops the connections when the process ends.
+        """
+        ...
+
 
 @runtime_checkable
 class HasAnswerBoard(Protocol):

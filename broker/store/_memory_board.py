@@ -131,6 +131,10 @@ class MemoryBoard:
         entry.answered.set()
         return entry.answer
 
+    async def aclose(self) -> None:
+        """Nothing to close: the board holds no connection. Cancellation: a plain checkpoint."""
+        await trio.lowlevel.checkpoint()
+
     async def status(self, question_id: str) -> QuestionStatus | None:
         """Where the question stands. Cancellation: a plain checkpoint."""
         await trio.lowlevel.checkpoint()

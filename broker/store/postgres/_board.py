@@ -13,20 +13,23 @@ naming it. The same transaction sends ``pg_notify`` with the whole answer as its
 the asking process needs no query to learn it.
 
 Waiting (:meth:`PostgresBoard.wait_answer`): one task of the asking process (whichever waits
-first) holds a ``LISTEN`` connection, waits on its socket with
+first) serves the board's ``LISTEN`` connection (kept open between questions), waits on its
+socket with
 :func:`trio.lowlevel.wait_readable` (no thread, no asyncio), and hands each notified answer to
 its waiter. It also polls the answers of every waiting question — when it starts listening,
 every ``poll_interval`` seconds, and after a lost connection (then it reconnects with bounded
 backoff) — so an answer whose notification was lost is still found. Nothing runs while nothing
 waits.
 
-The session log stays authoritative: a question whose ``approval/decided`` is in the log is
-settled whatever the board row says (its owner died before retiring it; the recovery that took
-the session over closed it).
+The session log is the only record of how a question settled: a question is settled once its
+``approval/decided`` is in the log (whatever decided it — an answer from here, a local answerer,
+an abort, a deadline, or the recovery that closed a dead owner's crash tail), so
+:meth:`PostgresBoard.retire` has nothing to write and nothing can disagree with the audit.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -58,11 +61,8 @@ _DDL = (
         id text PRIMARY KEY,
         session_id text NOT NULL,
         asked_ms bigint NOT NULL,
-        question text NOT NULL,
-        settled text,
-        settled_ms bigint
+        question text NOT NULL
     )""",
-    "CREATE INDEX IF NOT EXISTS board_questions_open ON {s}.board_questions (settled, asked_ms)",
     """CREATE TABLE IF NOT EXISTS {s}.board_answers (
         question_id text PRIMARY KEY,
         outcome text NOT NULL,
@@ -70,9 +70,17 @@ _DDL = (
         answered_ms bigint NOT NULL
     )""",
 )
-_DECIDED = (
-    "SELECT line::jsonb->'data'->>'outcome' FROM {s}.events WHERE session_id = %s "
-    "AND line::jsonb->>'type' = 'approval/decided' AND line::jsonb->'data'->>'id' = %s"
+#: A question, its answer and the outcome the log decided it as, in one round trip. Only the
+#: session's events written since the question was put up (a minute of clock slack; the asker
+#: writes both stamps, with one clock) are parsed, not the session's whole history.
+_STATUS = (
+    "SELECT q.question, a.question_id, a.outcome, a.answered_by, a.answered_ms, "
+    "(SELECT e.line::jsonb->'data'->>'outcome' FROM {s}.events e "
+    "WHERE e.session_id = q.session_id AND e.ts_ms >= q.asked_ms - 60000 "
+    "AND e.line::jsonb->>'type' = 'approval/decided' "
+    "AND e.line::jsonb->'data'->>'id' = q.id LIMIT 1) "
+    "FROM {s}.board_questions q LEFT JOIN {s}.board_answers a ON a.question_id = q.id "
+    "WHERE q.id = %s"
 )
 _DECIDED_ANYWHERE = (
     "SELECT line::jsonb->'data'->>'outcome' FROM {s}.events "
@@ -80,6 +88,8 @@ _DECIDED_ANYWHERE = (
 )
 #: The longest pause between reconnection attempts of the listener.
 _MAX_BACKOFF = 2.0
+#: How many answers nobody waits for yet are kept (see PostgresBoard._recent).
+_RECENT = 1024
 
 
 def _table_exists(conn: Connection[Any], schema: str, name: str) -> bool:
@@ -109,6 +119,14 @@ class PostgresBoard:
     _waiting: dict[str, trio.Event] = attrs.field(factory=dict, init=False)
     _answers: dict[str, RemoteAnswer] = attrs.field(factory=dict, init=False)
     _listening: bool = attrs.field(default=False, init=False)
+    # The LISTEN connection, kept between waits (a new one would cost a connect per question,
+    # and a notification sent meanwhile would be missed); closed by aclose() or when lost.
+    _listener: Connection[Any] | None = attrs.field(default=None, init=False)
+    # Answers notified for questions nobody waits on yet (published, not yet waited for), the
+    # newest _RECENT of them.
+    _recent: collections.OrderedDict[str, RemoteAnswer] = attrs.field(
+        factory=collections.OrderedDict, init=False
+    )
 
     @property
     def channel(self) -> str:
@@ -162,40 +180,34 @@ class PostgresBoard:
             self._ensured = True
 
     def _has_board(self, conn: Connection[Any]) -> bool:
-        return self._ensured or _table_exists(conn, self.schema, "board_answers")
+        if not self._ensured:
+            self._ensured = _table_exists(conn, self.schema, "board_answers")
+        return self._ensured
 
     def _status(
         self, conn: Connection[Any], question_id: str, *, lock: bool
     ) -> QuestionStatus | None:
         row = None
         if self._has_board(conn):
-            query = "SELECT question, settled FROM {s}.board_questions WHERE id = %s"
-            row = conn.execute(
-                self._q(query + (" FOR UPDATE" if lock else "")), (question_id,)
-            ).fetchone()
+            query = _STATUS + (" FOR UPDATE OF q" if lock else "")
+            row = conn.execute(self._q(query), (question_id,)).fetchone()
         if row is None:
             if not _table_exists(conn, self.schema, "events"):
                 return None
             decided = conn.execute(self._q(_DECIDED_ANYWHERE), (question_id,)).fetchone()
             if decided is None:
                 return None
+            # Decided without being put up here (a policy, a grant, a local answerer): settled.
             stub = PendingQuestion(
                 id=question_id, session_id="", agent="", tool_name="?", asked_at_ms=0, owner=""
             )
             return QuestionStatus(question=stub, settled=Outcome(decided[0]))
-        question = converter.structure(json.loads(row[0]), PendingQuestion)
-        settled = Outcome(row[1]) if row[1] is not None else None
-        if settled is None:
-            decided = conn.execute(self._q(_DECIDED), (question.session_id, question_id)).fetchone()
-            settled = Outcome(decided[0]) if decided is not None else None
-        answer_row = conn.execute(
-            self._q(
-                "SELECT question_id, outcome, answered_by, answered_ms FROM {s}.board_answers "
-                "WHERE question_id = %s"
-            ),
-            (question_id,),
-        ).fetchone()
-        answer = _answer_from(answer_row) if answer_row is not None else None
+        text, answered_id, outcome, by, at_ms, decided_as = row
+        question = converter.structure(json.loads(text), PendingQuestion)
+        answer = (
+            _answer_from((answered_id, outcome, by, at_ms)) if answered_id is not None else None
+        )
+        settled = Outcome(decided_as) if decided_as is not None else None
         return QuestionStatus(question=question, answer=answer, settled=settled)
 
     async def publish(self, question: PendingQuestion) -> None:
@@ -215,19 +227,9 @@ class PostgresBoard:
         await self._run(write)
 
     async def retire(self, question_id: str, outcome: Outcome) -> None:
-        """Record the settled outcome (the first stays). Cancellation: waits for the write."""
-
-        def write(conn: Connection[Any]) -> None:
-            if self._has_board(conn):
-                conn.execute(
-                    self._q(
-                        "UPDATE {s}.board_questions SET settled = %s, settled_ms = %s "
-                        "WHERE id = %s AND settled IS NULL"
-                    ),
-                    (outcome.value, wall_clock_ms(), question_id),
-                )
-
-        await self._run(write)
+        """Nothing to write: the session log records how the question settled, and the board
+        reads it from there (module doc). Cancellation: a plain checkpoint."""
+        await trio.lowlevel.checkpoint()
 
     async def answer(self, question_id: str, outcome: Outcome, by: str | None) -> RemoteAnswer:
         """Give the first answer, atomically, and notify the asker (module doc).
@@ -241,33 +243,49 @@ class PostgresBoard:
             answer = RemoteAnswer(
                 question_id=question_id, outcome=value, by=by, answered_at_ms=wall_clock_ms()
             )
+            payload = json.dumps([question_id, value.value, by, answer.answered_at_ms])
             conn.execute(
                 self._q(
-                    "INSERT INTO {s}.board_answers (question_id, outcome, answered_by, "
-                    "answered_ms) VALUES (%s, %s, %s, %s)"
+                    "WITH stored AS (INSERT INTO {s}.board_answers (question_id, outcome, "
+                    "answered_by, answered_ms) VALUES (%s, %s, %s, %s) RETURNING question_id) "
+                    "SELECT pg_notify(%s, %s) FROM stored"
                 ),
-                (question_id, value.value, by, answer.answered_at_ms),
+                (question_id, value.value, by, answer.answered_at_ms, self.channel, payload),
             )
-            payload = json.dumps([question_id, value.value, by, answer.answered_at_ms])
-            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
             return answer
 
         return await self._run(write)
+
+    async def aclose(self) -> None:
+        """Close the board's connections (queries and LISTEN); a later use reconnects.
+        Cancellation: waits for the close (a quick message to the server)."""
+
+        def close() -> None:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+            listener, self._listener = self._listener, None
+            if listener is not None:
+                listener.close()
+
+        async with self._lock:
+            await trio.to_thread.run_sync(close)
 
     async def status(self, question_id: str) -> QuestionStatus | None:
         """Where the question stands. Cancellation: nothing changes."""
         return await self._run(lambda conn: self._status(conn, question_id, lock=False))
 
     async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
-        """The questions put up and settled neither on the board nor in the log, oldest first.
+        """The questions put up whose decision is not in the log yet, oldest first.
         Cancellation: nothing changes."""
 
         def read(conn: Connection[Any]) -> list[PendingQuestion]:
             if not self._has_board(conn):
                 return []
             query = (
-                "SELECT q.question FROM {s}.board_questions q WHERE q.settled IS NULL "
-                "AND NOT EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = q.session_id "
+                "SELECT q.question FROM {s}.board_questions q WHERE NOT EXISTS "
+                "(SELECT 1 FROM {s}.events e WHERE e.session_id = q.session_id "
+                "AND e.ts_ms >= q.asked_ms - 60000 "
                 "AND e.line::jsonb->>'type' = 'approval/decided' "
                 "AND e.line::jsonb->'data'->>'id' = q.id)"
             )
@@ -288,6 +306,9 @@ class PostgresBoard:
                 f"question {question_id!r} is waited for already: wait once per question"
             )
         event = self._waiting[question_id] = trio.Event()
+        early = self._recent.pop(question_id, None)
+        if early is not None:
+            self._deliver(early)
         try:
             while question_id not in self._answers:
                 if self._listening:
@@ -306,29 +327,37 @@ class PostgresBoard:
 
     def _deliver(self, answer: RemoteAnswer) -> None:
         waiter = self._waiting.get(answer.question_id)
-        if waiter is not None:
-            self._answers[answer.question_id] = answer
-            waiter.set()
+        if waiter is None:
+            self._recent[answer.question_id] = answer
+            while len(self._recent) > _RECENT:
+                self._recent.popitem(last=False)
+            return
+        self._answers[answer.question_id] = answer
+        waiter.set()
 
     async def _listen_until(self, done: trio.Event) -> None:
-        """Listen (and poll) until *done* is set; reconnects after a lost connection."""
+        """Serve the listener until *done* is set; (re)connects it when missing or lost."""
         backoff = 0.05
+        # Whatever was answered while nobody listened for these questions.
+        await self._poll()
         while not done.is_set():
-            try:
-                listener = await trio.to_thread.run_sync(self._open_listener)
-            except StoreError:
-                with trio.move_on_after(backoff):
-                    await done.wait()
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-                continue
-            try:
+            listener = self._listener
+            if listener is None or listener.closed:
+                try:
+                    listener = await trio.to_thread.run_sync(self._open_listener)
+                except StoreError:
+                    with trio.move_on_after(backoff):
+                        await done.wait()
+                    backoff = min(backoff * 2, _MAX_BACKOFF)
+                    continue
+                self._listener = listener
                 backoff = 0.05
-                await self._poll()
+                await self._poll()  # answers given while the connection was down
+            try:
                 await self._serve_listener(listener, done)
             except (psycopg.OperationalError, StoreError, OSError):
-                continue  # the connection was lost: reconnect, poll again
-            finally:
-                listener.close()
+                listener.close()  # lost: reconnect, poll again
+                self._listener = None
 
     def _open_listener(self) -> Connection[Any]:
         conn = self._connect(autocommit=True, name="broker-board-listener")

@@ -7,14 +7,15 @@ Synopsis::
 
 Two tables beside the event log, created by the store's writer when it opens the file
 (:data:`._schema.BOARD_DDL`; a store file of schema version 1 stays readable by an older
-broker): ``board_questions`` (each question put up, as JSON, and the outcome it settled as) and
-``board_answers`` (the first answer of each). An
+broker): ``board_questions`` (each question put up, as JSON) and ``board_answers`` (the first
+answer of each). An
 answer is taken inside ``BEGIN IMMEDIATE``: two processes answering at once serialize on the
 file's write lock, and the second sees the first and is refused naming it.
 
-The session log stays authoritative: a question whose ``approval/decided`` is in the log is
-settled whatever the board row says (the owner died before retiring it and recovery closed it),
-and an id the board never saw but the log decided is refused naming that outcome.
+The session log is the only record of how a question settled: a question is settled once its
+``approval/decided`` is in the log (whatever decided it, the recovery of a dead owner's crash
+tail included), so :meth:`SqliteBoard.retire` has nothing to write; an id the board never saw
+but the log decided is refused naming that outcome.
 
 Waiting (:meth:`SqliteBoard.wait_answer`) polls: one query for every question this process
 waits on, every ``poll_interval`` seconds, run by one of the waiting tasks (the others wait on
@@ -47,8 +48,11 @@ T = TypeVar("T")
 register_wire_type(PendingQuestion)
 
 #: The log's decision of a question, by id (the log is authoritative over the board).
+#: Only the session's events written since the question was put up are parsed (a minute of
+#: clock slack; the asking process writes both stamps, with one clock).
 _DECIDED_IN_SESSION = (
     "SELECT json_extract(line, '$.data.outcome') FROM events WHERE session_id = ? "
+    "AND ts_ms >= ? - 60000 "
     "AND json_extract(line, '$.type') = 'approval/decided' "
     "AND json_extract(line, '$.data.id') = ?"
 )
@@ -80,11 +84,11 @@ def _answer_from(row: tuple[str, str, str | None, int]) -> RemoteAnswer:
 
 
 def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None:
-    """The question's status from the board, settled by the log when the log decided it."""
+    """The question's status: its board row and answer, settled as the log decided it."""
     row = None
     if _has_board(conn):
         row = conn.execute(
-            "SELECT question, settled FROM board_questions WHERE id = ?", (question_id,)
+            "SELECT question FROM board_questions WHERE id = ?", (question_id,)
         ).fetchone()
     if row is None:
         decided = conn.execute(_DECIDED_ANYWHERE, (question_id,)).fetchone()
@@ -96,17 +100,19 @@ def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None
         )
         return QuestionStatus(question=stub, settled=Outcome(decided[0]))
     question = _question_from(row[0])
-    settled = Outcome(row[1]) if row[1] is not None else None
-    if settled is None:
-        decided = conn.execute(_DECIDED_IN_SESSION, (question.session_id, question_id)).fetchone()
-        settled = Outcome(decided[0]) if decided is not None else None
+    decided = conn.execute(
+        _DECIDED_IN_SESSION, (question.session_id, question.asked_at_ms, question_id)
+    ).fetchone()
     answer_row = conn.execute(
         "SELECT question_id, outcome, answered_by, answered_ms FROM board_answers "
         "WHERE question_id = ?",
         (question_id,),
     ).fetchone()
-    answer = _answer_from(answer_row) if answer_row is not None else None
-    return QuestionStatus(question=question, answer=answer, settled=settled)
+    return QuestionStatus(
+        question=question,
+        answer=_answer_from(answer_row) if answer_row is not None else None,
+        settled=Outcome(decided[0]) if decided is not None else None,
+    )
 
 
 @attrs.define(eq=False)
@@ -170,17 +176,9 @@ class SqliteBoard:
         await self._run(write)
 
     async def retire(self, question_id: str, outcome: Outcome) -> None:
-        """Record the settled outcome (the first stays). Cancellation: waits for the write."""
-
-        def write(conn: sqlite3.Connection) -> None:
-            if _has_board(conn):
-                conn.execute(
-                    "UPDATE board_questions SET settled = ?, settled_ms = ? "
-                    "WHERE id = ? AND settled IS NULL",
-                    (outcome.value, wall_clock_ms(), question_id),
-                )
-
-        await self._run(write)
+        """Nothing to write: the session log records how the question settled, and the board
+        reads it from there (module doc). Cancellation: a plain checkpoint."""
+        await trio.lowlevel.checkpoint()
 
     async def answer(self, question_id: str, outcome: Outcome, by: str | None) -> RemoteAnswer:
         """Give the first answer, atomically (module doc). Cancellation: waits for the write."""
@@ -208,29 +206,33 @@ class SqliteBoard:
 
         return await self._run(write)
 
+    async def aclose(self) -> None:
+        """Nothing to close: the board holds no connection. Cancellation: a plain checkpoint."""
+        await trio.lowlevel.checkpoint()
+
     async def status(self, question_id: str) -> QuestionStatus | None:
         """Where the question stands (module doc). Cancellation: nothing changes."""
         return await self._run(lambda conn: _status(conn, question_id))
 
     async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
-        """The questions put up and settled neither on the board nor in the log, oldest first.
+        """The questions put up whose decision is not in the log yet, oldest first.
         Cancellation: nothing changes."""
 
         def read(conn: sqlite3.Connection) -> list[PendingQuestion]:
             if not _has_board(conn):
                 return []
-            query = "SELECT question FROM board_questions WHERE settled IS NULL"
+            query = "SELECT question FROM board_questions"
             parameters: tuple[str, ...] = ()
             if session_id is not None:
-                query += " AND session_id = ?"
+                query += " WHERE session_id = ?"
                 parameters = (session_id,)
             found = []
             for (text,) in conn.execute(query + " ORDER BY asked_ms, id", parameters):
                 question = _question_from(text)
-                if (
-                    conn.execute(_DECIDED_IN_SESSION, (question.session_id, question.id)).fetchone()
-                    is None
-                ):
+                decided = conn.execute(
+                    _DECIDED_IN_SESSION, (question.session_id, question.asked_at_ms, question.id)
+                ).fetchone()
+                if decided is None:
                     found.append(question)
             return found
 

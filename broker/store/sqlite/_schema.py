@@ -76,12 +76,10 @@ BOARD_DDL = (
         id TEXT PRIMARY KEY NOT NULL,
         session_id TEXT NOT NULL,
         asked_ms INTEGER NOT NULL,
-        question TEXT NOT NULL,
-        settled TEXT,
-        settled_ms INTEGER
+        question TEXT NOT NULL
     )""",
-    """CREATE INDEX IF NOT EXISTS board_questions_open
-        ON board_questions (settled, asked_ms)""",
+    """CREATE INDEX IF NOT EXISTS board_questions_asked
+        ON board_questions (asked_ms)""",
     """CREATE TABLE IF NOT EXISTS board_answers (
         question_id TEXT PRIMARY KEY NOT NULL,
         outcome TEXT NOT NULL,
