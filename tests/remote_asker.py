@@ -1,7 +1,7 @@
 """Process A of the cross-process answer tests: a broker on a store that asks one question
 through its remote answerer and prints what it decided.
 
-Usage: python -m tests.remote_asker STORE [--abort-on-stdin]
+Usage: python -m tests.remote_asker STORE [--abort-on-stdin] [--reason TEXT]
 
 Prints one JSON line ``{"session": ID}`` once the session is open, then ``{"outcome": ...,
 "answeredBy": ..., "id": ...}`` once the question is decided. With ``--abort-on-stdin`` a line
@@ -18,7 +18,7 @@ import trio
 from broker import AbortSignal, ApprovalRequest, open_broker
 
 
-async def main(store: str, abort_on_stdin: bool) -> None:
+async def main(store: str, abort_on_stdin: bool, reason: str) -> None:
     signal = AbortSignal()
     async with open_broker(store=store) as broker:
         async with broker.answerer(broker.remote_answerer()), broker.open_session() as session:
@@ -35,7 +35,7 @@ async def main(store: str, abort_on_stdin: bool) -> None:
                     agent=session.agent,
                     tool_name="bash",
                     call_id="call_1",
-                    reason="rm -rf build",
+                    reason=reason,
                     display_reason="delete the build directory",
                     signal=signal,
                 )
@@ -54,4 +54,6 @@ async def main(store: str, abort_on_stdin: bool) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], "--abort-on-stdin" in sys.argv[2:])
+    extra = sys.argv[2:]
+    given = extra[extra.index("--reason") + 1] if "--reason" in extra else "rm -rf build"
+    trio.run(main, sys.argv[1], "--abort-on-stdin" in extra, given)

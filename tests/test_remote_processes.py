@@ -242,3 +242,28 @@ def test_a_lost_listener_connection_still_gets_the_answer(postgres_dsn: str) -> 
         answered = broker("answer", postgres_dsn, row["id"], "allow", "--by", "carol")
         assert answered.returncode == 0, answered.stderr
         assert decision_of(a) == {"id": row["id"], "outcome": "allowed-once", "answeredBy": "carol"}
+
+
+def test_control_characters_and_markup_are_stored_as_given_and_shown_escaped(
+    tmp_path: pathlib.Path,
+) -> None:
+    store = tmp_path / "log.sqlite"
+    reason = "wipe \x1b[2J<script>alert(1)</script>\u202e"
+    by = "eve\x1b[31m"
+    with asker(store, "--reason", reason) as a:
+        (row,) = wait_pending(store)
+        assert row["reason"] == reason  # --json carries the text exactly (JSON-escaped)
+        shown = broker("pending", str(store)).stdout
+        assert "\x1b" not in shown
+        assert "\u202e" not in shown
+        assert "reason: wipe \\x1b[2J<script>alert(1)</script>\\u202e" in shown
+        answered = broker("answer", str(store), row["id"], "reject", "--by", by)
+        assert answered.returncode == 0, answered.stderr
+        assert "\x1b" not in answered.stdout
+        decision = decision_of(a)
+    assert decision["answeredBy"] == by  # stored as given
+    sessions = broker("log", "show", str(store)).stdout.splitlines()
+    session = sessions[1].split()[0]  # under the header line
+    timeline = broker("log", "show", str(store), session).stdout
+    assert "\x1b" not in timeline
+    assert "by eve\\x1b[31m" in timeline
