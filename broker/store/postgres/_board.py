@@ -7,10 +7,10 @@ Synopsis::
 
 Two tables in the store's schema (``board_questions``, ``board_answers``; created on first use
 with ``IF NOT EXISTS``, in a transaction, beside the store's own tables) and one notification
-channel. An answer is taken in one transaction that locks the question's row (``FOR UPDATE``):
-two hosts answering at once serialize there, and the second sees the first and is refused
-naming it. The same transaction sends ``pg_notify`` with the whole answer as its payload, so
-the asking process needs no query to learn it.
+channel. An answer is one statement: stored only if the question is on the board, unanswered
+and not decided in the log, and ``pg_notify``-ed with the whole answer as its payload, so the
+asking process needs no query to learn it. Two hosts answering at once meet on the answers
+table's key: the second stores nothing and is refused naming the first.
 
 Waiting (:meth:`PostgresBoard.wait_answer`): one task of the asking process (whichever waits
 first) serves the board's ``LISTEN`` connection (kept open between questions), waits on its
@@ -41,7 +41,13 @@ from psycopg import sql
 
 from ..._codec import converter, register_wire_type
 from ..._vocabulary import Outcome
-from .._board import PendingQuestion, QuestionStatus, RemoteAnswer, check_answer
+from .._board import (
+    AnswerRefusedError,
+    PendingQuestion,
+    QuestionStatus,
+    RemoteAnswer,
+    check_answer,
+)
 from .._memory_board import refusal
 from .._protocol import StoreError
 from .._requests import wall_clock_ms
@@ -81,6 +87,19 @@ _STATUS = (
     "AND e.line::jsonb->'data'->>'id' = q.id LIMIT 1) "
     "FROM {s}.board_questions q LEFT JOIN {s}.board_answers a ON a.question_id = q.id "
     "WHERE q.id = %s"
+)
+#: Store an answer (and notify the asker) iff the question is on the board, unanswered and not
+#: decided in the log; no row back means nothing was stored.
+_ANSWER = (
+    "WITH open AS (SELECT q.id FROM {s}.board_questions q WHERE q.id = %(id)s "
+    "AND NOT EXISTS (SELECT 1 FROM {s}.board_answers a WHERE a.question_id = q.id) "
+    "AND NOT EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = q.session_id "
+    "AND e.ts_ms >= q.asked_ms - 60000 AND e.line::jsonb->>'type' = 'approval/decided' "
+    "AND e.line::jsonb->'data'->>'id' = q.id)), "
+    "stored AS (INSERT INTO {s}.board_answers (question_id, outcome, answered_by, answered_ms) "
+    "SELECT id, %(outcome)s, %(by)s, %(at)s FROM open "
+    "ON CONFLICT (question_id) DO NOTHING RETURNING question_id) "
+    "SELECT pg_notify(%(channel)s, %(payload)s) FROM stored"
 )
 _DECIDED_ANYWHERE = (
     "SELECT line::jsonb->'data'->>'outcome' FROM {s}.events "
@@ -151,12 +170,12 @@ class PostgresBoard:
     async def _run(self, fn: Callable[[Connection[Any]], T]) -> T:
         def call() -> T:
             if self._conn is None or self._conn.closed:
-                self._conn = self._connect(autocommit=False, name="broker-board")
+                # Autocommit: every operation is one statement (the answer's CTE included), so
+                # each is its own transaction and costs one round trip.
+                self._conn = self._connect(autocommit=True, name="broker-board")
             conn = self._conn
             try:
-                result = fn(conn)
-                conn.commit()
-                return result
+                return fn(conn)
             except psycopg.OperationalError as exc:
                 conn.close()
                 self._conn = None
@@ -164,10 +183,6 @@ class PostgresBoard:
                     f"the answer board of postgresql store '{redact_dsn(self.dsn)}' lost its "
                     f"connection: {str(exc).strip().splitlines()[0]}; retry"
                 ) from exc
-            except BaseException:
-                if not conn.closed:
-                    conn.rollback()
-                raise
 
         async with self._lock:
             # Not abandoned on cancellation: a write either completes or never started.
@@ -175,8 +190,13 @@ class PostgresBoard:
 
     def _ensure(self, conn: Connection[Any]) -> None:
         if not self._ensured:
-            for statement in _DDL:
-                conn.execute(self._q(statement))
+            # Two brokers creating the tables at once would collide in the catalog: serialize.
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"broker-board:{self.schema}",)
+                )
+                for statement in _DDL:
+                    conn.execute(self._q(statement))
             self._ensured = True
 
     def _has_board(self, conn: Connection[Any]) -> bool:
@@ -184,13 +204,10 @@ class PostgresBoard:
             self._ensured = _table_exists(conn, self.schema, "board_answers")
         return self._ensured
 
-    def _status(
-        self, conn: Connection[Any], question_id: str, *, lock: bool
-    ) -> QuestionStatus | None:
+    def _status(self, conn: Connection[Any], question_id: str) -> QuestionStatus | None:
         row = None
         if self._has_board(conn):
-            query = _STATUS + (" FOR UPDATE OF q" if lock else "")
-            row = conn.execute(self._q(query), (question_id,)).fetchone()
+            row = conn.execute(self._q(_STATUS), (question_id,)).fetchone()
         if row is None:
             if not _table_exists(conn, self.schema, "events"):
                 return None
@@ -237,21 +254,32 @@ class PostgresBoard:
         value = check_answer(outcome, by)
 
         def write(conn: Connection[Any]) -> RemoteAnswer:
-            refused = refusal(question_id, self._status(conn, question_id, lock=True))
-            if refused is not None:
-                raise refused
             answer = RemoteAnswer(
                 question_id=question_id, outcome=value, by=by, answered_at_ms=wall_clock_ms()
             )
             payload = json.dumps([question_id, value.value, by, answer.answered_at_ms])
-            conn.execute(
-                self._q(
-                    "WITH stored AS (INSERT INTO {s}.board_answers (question_id, outcome, "
-                    "answered_by, answered_ms) VALUES (%s, %s, %s, %s) RETURNING question_id) "
-                    "SELECT pg_notify(%s, %s) FROM stored"
-                ),
-                (question_id, value.value, by, answer.answered_at_ms, self.channel, payload),
-            )
+            stored = None
+            if self._has_board(conn):
+                # The usual case in one statement: stored (and notified) only if the question is
+                # on the board, unanswered and undecided; a concurrent answer loses on the key.
+                stored = conn.execute(
+                    self._q(_ANSWER),
+                    {
+                        "id": question_id,
+                        "outcome": value.value,
+                        "by": by,
+                        "at": answer.answered_at_ms,
+                        "channel": self.channel,
+                        "payload": payload,
+                    },
+                ).fetchone()
+            if stored is None:
+                refused = refusal(question_id, self._status(conn, question_id))
+                # Not stored and not refusable: answered and decided in between; say so.
+                raise refused or AnswerRefusedError(
+                    f"question {question_id!r} was answered or settled meanwhile: retry to see "
+                    "what was recorded"
+                )
             return answer
 
         return await self._run(write)
@@ -273,7 +301,7 @@ class PostgresBoard:
 
     async def status(self, question_id: str) -> QuestionStatus | None:
         """Where the question stands. Cancellation: nothing changes."""
-        return await self._run(lambda conn: self._status(conn, question_id, lock=False))
+        return await self._run(lambda conn: self._status(conn, question_id))
 
     async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
         """The questions put up whose decision is not in the log yet, oldest first.
