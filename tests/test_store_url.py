@@ -228,3 +228,26 @@ def test_broker_log_reads_a_store_named_by_a_sqlite_url(tmp_path: pathlib.Path) 
         assert done.returncode == 0, done.stderr
         assert done.stderr == "" or command[0] == "export"
     assert session_id in _broker("log", "show", "sqlite://" + str(db)).stdout
+
+
+def test_broker_imports_without_psycopg() -> None:
+    # psycopg is the optional "postgres" extra: a project that installed only broker (or
+    # broker[testing]) imports the package, its pytest plugin and its command without it.
+    script = (
+        "import sys\n"
+        "class Blocked:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'psycopg' or name.startswith('psycopg.'):\n"
+        "            raise ImportError('psycopg is not installed')\n"
+        "sys.meta_path.insert(0, Blocked())\n"
+        "import broker, broker.testing, broker.store, broker.cli\n"
+        "assert not [name for name in sys.modules if name.startswith('psycopg')]\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -37,8 +38,11 @@ from .._protocol import StoreOpenError
 from .._requests import wall_clock_ms
 from .._url import PostgresUrl, parse_store_url, redact_dsn
 from .._writer import GroupWriter
-from ._backend import PostgresBackend
-from ._board import PostgresBoard
+
+if TYPE_CHECKING:
+    # Invariant: nothing of psycopg is imported with broker (it is the optional "postgres"
+    # extra): the modules that use it are imported where a store or a board is opened.
+    from ._board import PostgresBoard
 
 __all__ = ["PostgresStore", "open_postgres_store"]
 
@@ -55,6 +59,9 @@ class PostgresStore(GroupStore):
     def answer_board(self) -> PostgresBoard:
         """The answer board in this store's schema, shared with every process and host on the
         database (:mod:`._board`)."""
+        from ._backend import PostgresBackend
+        from ._board import PostgresBoard
+
         backend = self._writer.backend
         assert isinstance(backend, PostgresBackend)
         return PostgresBoard(dsn=backend.dsn, schema=backend.schema)
