@@ -34,7 +34,7 @@ from broker import (
 from broker._projection import fold_all
 from broker.store import StoreLockedError, StoreOpenError, open_sqlite_reader, open_sqlite_store
 from broker.store._checkpoint import PROJECTION_FINGERPRINT, decode_state
-from broker.store._logtools import verify_reader
+from broker.store._logtools import VerifyError, verify_reader
 from broker.store.postgres import open_postgres_store
 
 psycopg = pytest.importorskip("psycopg")
@@ -132,6 +132,37 @@ async def test_a_newer_schema_is_refused_and_left_alone(postgres_dsn: str) -> No
             async with open_postgres_store(postgres_dsn):
                 pytest.fail("opened")  # pragma: no cover
     assert (_catalog(postgres_dsn), _sql(postgres_dsn, "SELECT * FROM broker.events")) == before
+
+
+async def test_a_log_cut_behind_the_stores_back_is_refused_at_open(postgres_dsn: str) -> None:
+    grants = [ApprovalGrant(tool_name="a"), ApprovalGrant(tool_name="b")]
+    with trio.fail_after(20):
+        async with open_postgres_store(postgres_dsn, checkpoint_every=0) as store:
+            await store.append("s", grants)
+        _sql(postgres_dsn, "DELETE FROM broker.events WHERE seq = 2")
+        with pytest.raises(
+            StoreOpenError,
+            match=rf"^{_where(postgres_dsn)} is damaged: session 's' ends at seq 1 but its "
+            r"recorded head is seq 2; restore the database from a backup$",
+        ):
+            async with open_postgres_store(postgres_dsn):
+                pytest.fail("opened")  # pragma: no cover
+    with open_postgres_reader(postgres_dsn) as reader, pytest.raises(VerifyError, match="chain"):
+        verify_reader(reader)
+
+
+async def test_an_older_schema_version_is_refused(postgres_dsn: str) -> None:
+    with trio.fail_after(20):
+        async with open_postgres_store(postgres_dsn):
+            pass
+        _sql(postgres_dsn, "UPDATE broker.store_info SET version = 0")
+        with pytest.raises(
+            StoreOpenError,
+            match=rf"^{_where(postgres_dsn)} has unsupported schema version 0 \(this broker "
+            r"reads version 1\): restore it from a backup$",
+        ):
+            async with open_postgres_store(postgres_dsn):
+                pytest.fail("opened")  # pragma: no cover
 
 
 async def test_a_role_that_may_not_create_the_schema_is_told_so(postgres_dsn: str) -> None:
