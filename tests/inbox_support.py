@@ -1,5 +1,5 @@
-"""Helpers of the inbox tests: a small HTTP/1.1 client on trio (h11), and an inbox with a
-broker that asks through its remote answerer."""
+"""Helpers of the inbox tests: a small HTTP/1.1 client on trio (h11), an SSE reader, and an
+inbox on a free port."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import trio
 
 from broker import Broker
 from broker.inbox import serve_inbox
+from broker.store._board import AnswerBoard
 
 __all__ = ["TOKEN", "EventStream", "Inbox", "Reply", "http", "open_events", "open_inbox"]
 
@@ -62,7 +63,6 @@ async def http(
 @attrs.frozen
 class Inbox:
     port: int
-    broker: Broker
 
     @property
     def url(self) -> str:
@@ -70,11 +70,12 @@ class Inbox:
 
 
 @asynccontextmanager
-async def open_inbox(broker: Broker, **kwargs: object) -> AsyncIterator[Inbox]:
-    """An inbox over *broker*'s board on a free port, stopped on the way out."""
+async def open_inbox(target: Broker | AnswerBoard, **kwargs: object) -> AsyncIterator[Inbox]:
+    """An inbox over *target* (a broker's board, or a board) on a free port, stopped on the
+    way out."""
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(partial(serve_inbox, broker, token=TOKEN, port=0, **kwargs))  # type: ignore[arg-type]
-        yield Inbox(port=port, broker=broker)
+        port = await nursery.start(partial(serve_inbox, target, token=TOKEN, port=0, **kwargs))  # type: ignore[arg-type]
+        yield Inbox(port=port)
         nursery.cancel_scope.cancel(reason="the test is done with the inbox")
 
 
