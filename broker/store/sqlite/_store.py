@@ -22,7 +22,6 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
 from .._group_store import (
     DEFAULT_CHECKPOINT_EVERY,
@@ -31,12 +30,10 @@ from .._group_store import (
     check_options,
     running,
 )
-from .._protocol import SessionRecord
 from .._requests import wall_clock_ms
 from .._writer import GroupWriter
 from ._backend import SqliteBackend
 from ._board import SqliteBoard
-from ._reader import open_sqlite_reader
 
 if TYPE_CHECKING:
     import sqlite3
@@ -70,18 +67,6 @@ class SqliteStore(GroupStore):
         assert isinstance(backend, SqliteBackend)
         return backend
 
-    async def lookup(self, session_id: str) -> SessionRecord | None:
-        """The record of *session_id* (its parent id), or None when the file does not hold it.
-
-        Read through a read-only connection on a worker thread (WAL readers never block the
-        writer). Cancellation: safe; nothing is changed.
-        """
-        self._check_open()
-        if not self._writer.has_session(session_id):
-            await trio.lowlevel.checkpoint()
-            return None
-        return await trio.to_thread.run_sync(_read_record, self.path, session_id)
-
     def inject_commit_failure(self, error: sqlite3.Error, *, landed: bool = False) -> None:
         """Test seam: the next write transaction raises *error* in place of COMMIT and is rolled
         back, as with a full disk; its appends raise :class:`StoreError`. With *landed* it
@@ -89,12 +74,6 @@ class SqliteStore(GroupStore):
         written would: the appends fail, yet their events are in the file.
         """
         self._writer.inject_commit_failure(error, landed=landed)
-
-
-def _read_record(path: str, session_id: str) -> SessionRecord | None:
-    with open_sqlite_reader(path) as reader:
-        info = reader.session(session_id)
-    return None if info is None else SessionRecord(session_id=session_id, parent_id=info.parent_id)
 
 
 def _check_synchronous(synchronous: str) -> None:
