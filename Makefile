@@ -66,16 +66,22 @@ lint: $(STAMP)
 	$(VENV)/bin/flake8-async $(ASYNC_TESTS) $$(git ls-files 'tests/*.py' 'bench/*.py')
 
 # The suite (python -m bench) prints a table and writes bench/results/{results.json,plot.svg};
-# the durable-store bench and the crash loop run on their own.
+# the durable-store bench, the crash loop and the PostgreSQL benches (store throughput and
+# resume; answers from another process) run on their own. The PostgreSQL ones use the server
+# at $BROKER_BENCH_POSTGRES (default: the local one) and say they skipped when none answers.
 bench: $(STAMP) system-deps
 	$(PY) -W error -m bench
 	$(PY) -W error -m bench.store
 	$(PY) -W error -m bench.crash
+	$(PY) -W error -m bench.pgstore
+	$(PY) -W error -m bench.remote
 
 bench-quick: $(STAMP) system-deps
 	$(PY) -W error -m bench --quick
 	$(PY) -W error -m bench.store --quick
 	$(PY) -W error -m bench.crash --quick
+	$(PY) -W error -m bench.pgstore --quick
+	$(PY) -W error -m bench.remote --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
