@@ -17,4 +17,22 @@ from ._scripted import ScenarioError as ScenarioError
 from ._scripted import ScenarioMismatchError as ScenarioMismatchError
 from ._scripted import ScriptedModel as ScriptedModel
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# Explicit: what a user may import from this subpackage.
+__all__ = [
+    "AgentLoop",
+    "ContextEntry",
+    "ExpectedMessage",
+    "LoopObserver",
+    "Message",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioMismatchError",
+    "ScriptedModel",
+    "StopReason",
+    "TurnResult",
+    "conversation_from_log",
+    "unfinished_text",
+]

@@ -26,4 +26,31 @@ from ._sandbox import SandboxMode as SandboxMode
 from ._sandbox import SandboxUnavailableError as SandboxUnavailableError
 from ._sandbox import denial_marker as denial_marker
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# Explicit: what a user may import from this subpackage.
+__all__ = [
+    "DEFAULT_PROTECTED_PATHS",
+    "ESCALATION_HINT",
+    "Allow",
+    "Ask",
+    "BashTool",
+    "Bounds",
+    "BubblewrapExecutor",
+    "CallContext",
+    "CommandLimits",
+    "CommandResult",
+    "Deny",
+    "EnvironmentPolicy",
+    "Gate",
+    "GateDecision",
+    "GateNext",
+    "PlainExecutor",
+    "SandboxMode",
+    "SandboxUnavailableError",
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "ToolRuntime",
+    "ToolSpec",
+    "denial_marker",
+    "sandbox_context",
+]
