@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import json
 import pathlib
+import select
 import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
+from broker import ApprovalDecided, Outcome
+from broker._codec import decode_event
 from broker.inbox import InboxKeys
+from broker.store import open_sqlite_reader
 
 from .test_remote_processes import asker, decision_of, wait_pending
 
@@ -169,3 +174,82 @@ def test_the_inbox_refuses_in_one_line_what_it_cannot_do(tmp_path: pathlib.Path)
                 assert done.returncode == 2, argv
                 assert done.stderr.startswith(message), done.stderr
                 assert done.stderr.count("\n") == 1, done.stderr
+
+
+def _send(stdin: IO[str], message: dict[str, Any]) -> None:
+    stdin.write(json.dumps(message) + "\n")
+    stdin.flush()
+
+
+def _receive(stdout: IO[str], *, method: str | None = None, id_: int | None = None) -> Any:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stdout], [], [], deadline - time.monotonic())
+        line = stdout.readline() if ready else ""
+        assert line, "the agent closed stdout"
+        frame = json.loads(line)
+        if method is not None and frame.get("method") == method:
+            return frame
+        if id_ is not None and frame.get("id") == id_ and "method" not in frame:
+            return frame
+    pytest.fail(f"timed out waiting for {method or id_}")
+
+
+def test_broker_acp_inbox_answers_the_editors_question_from_the_page(
+    tmp_path: pathlib.Path,
+) -> None:
+    store = tmp_path / "acp.sqlite"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    argv = ["acp", "--store", str(store), "--inbox", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-W", "error", "-m", "broker.cli", *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        try:
+            line = proc.stderr.readline()
+            assert line.startswith("broker inbox: http://127.0.0.1:"), line
+            url, token = line.removeprefix("broker inbox: ").strip().split("/?token=")
+            init = {"protocolVersion": 1}
+            _send(proc.stdin, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+            _receive(proc.stdout, id_=1)
+            new = {"cwd": str(workspace), "mcpServers": []}
+            _send(proc.stdin, {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": new})
+            session_id = _receive(proc.stdout, id_=2)["result"]["sessionId"]
+            prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]}
+            _send(
+                proc.stdin,
+                {"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt},
+            )
+            _receive(proc.stdout, method="session/request_permission")  # the editor is asked...
+            status, listed = call(f"{url}/api/pending", token=token)  # ...and the page shows it
+            assert status == 200
+            (question,) = listed["questions"]
+            assert question["toolName"] == "bash"
+            answer = {"id": question["id"], "outcome": "allowed-once", "by": "alice"}
+            assert call(f"{url}/api/answer", token=token, body=answer)[0] == 200
+            done = _receive(proc.stdout, id_=3)
+            assert done["result"]["stopReason"] == "end_turn"
+            proc.stdin.close()
+            assert proc.wait(timeout=TIMEOUT) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    with open_sqlite_reader(store) as reader:
+        [info] = reader.sessions()
+        decided = [
+            event
+            for event in (decode_event(row.line) for row in reader.rows(info.session_id))
+            if isinstance(event, ApprovalDecided)
+        ]
+    assert [(d.id, d.outcome, d.answered_by) for d in decided] == [
+        (question["id"], Outcome.ALLOWED_ONCE, "alice")
+    ]
+    assert (workspace / "escalated.txt").read_text() == "escalated\n"

@@ -13,6 +13,7 @@ import os
 import pathlib
 import sys
 import time
+from functools import partial
 from typing import IO, TYPE_CHECKING
 
 import attrs
@@ -26,6 +27,7 @@ from ..agent._scripted import ScenarioError
 from ..hooks._settings import HookSettingsError
 from ..store._url import redact_dsn
 from ..tools._sandbox import SandboxUnavailableError
+from ._inbox import port_number, with_inbox
 from ._numbers import positive_seconds
 from ._signals import run_until_signalled
 
@@ -88,6 +90,13 @@ def register(sub: _Sub) -> None:
         help="let questions also be answered from elsewhere while the client is asked "
         "(broker pending / broker answer STORE ...; the first answer wins)",
     )
+    parser.add_argument(
+        "--inbox",
+        type=port_number,
+        metavar="PORT",
+        help="also serve the web inbox on 127.0.0.1:PORT (0: any free port; implies "
+        "--remote-answers); its address, with a new token, goes to stderr",
+    )
     parser.add_argument("--log-file", type=pathlib.Path, help="write logs here, not to stderr")
     parser.add_argument(
         "--trace-frames",
@@ -120,12 +129,12 @@ def run(args: argparse.Namespace) -> int:
             hooks=args.hooks,
             permission_deadline=args.permission_deadline,
             allow_always=args.allow_always,
-            remote_answers=args.remote_answers,
+            remote_answers=True if args.inbox is not None else args.remote_answers,
         )
     except (CompositionError, ScenarioError, HookSettingsError) as exc:
         print(f"broker acp: {exc}", file=sys.stderr)
         return 2
-    return trio.run(run_until_signalled, "acp", _serve, composition, args.trace_frames)
+    return trio.run(run_until_signalled, "acp", _serve, composition, args.trace_frames, args.inbox)
 
 
 def _default_store() -> pathlib.Path:
@@ -146,7 +155,9 @@ class _FrameTrace:
         self.file.flush()
 
 
-async def _serve(composition: Composition, trace: pathlib.Path | None = None) -> int:
+async def _serve(
+    composition: Composition, trace: pathlib.Path | None = None, inbox: int | None = None
+) -> int:
     try:
         executor = await composition.executor()
     except SandboxUnavailableError as exc:
@@ -169,5 +180,6 @@ async def _serve(composition: Composition, trace: pathlib.Path | None = None) ->
         async with open_broker(
             policy=composition.policy, delegation=composition.delegation, store=composition.store
         ) as broker:
-            await serve_acp(connection, broker, composition, executor)
+            serving = partial(serve_acp, connection, broker, composition, executor)
+            await (serving() if inbox is None else with_inbox(broker, inbox, serving))
     return 0

@@ -36,11 +36,14 @@ from ._errors import CliError
 from ._numbers import integer
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from .._broker import Broker
     from ..store._board import AnswerBoard
 
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
-__all__ = ["register"]
+__all__ = ["port_number", "register", "with_inbox"]
 
 
 def register(sub: _Sub) -> None:
@@ -60,7 +63,7 @@ def register(sub: _Sub) -> None:
     )
     parser.add_argument(
         "--port",
-        type=_port,
+        type=port_number,
         default=8765,
         help="the port to listen on (default 8765; 0: any free port)",
     )
@@ -73,7 +76,8 @@ def register(sub: _Sub) -> None:
     parser.set_defaults(func=run)
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
+    """A TCP port for argparse: 0 (any free port) to 65535."""
     value = integer(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be from 0 to 65535 (0: any free port), got {value}")
@@ -131,6 +135,26 @@ async def _main(args: argparse.Namespace, board: AnswerBoard, token: str) -> int
     name = signal.Signals(signum).name
     print(f"broker inbox: {name} received: stopped", file=sys.stderr)
     return 128 + signum
+
+
+async def with_inbox(broker: Broker, port: int, work: Callable[[], Awaitable[None]]) -> None:
+    """Run ``work()`` with *broker*'s inbox served on 127.0.0.1:*port* (``broker acp
+    --inbox``); its address, with a new token, goes to stderr (stdout may be a protocol).
+
+    Cancellation: the inbox stops with the work.
+    """
+    from ..inbox import InboxListenError, serve_inbox
+
+    token = secrets.token_urlsafe(32)
+    with collapse_single():
+        async with trio.open_nursery() as nursery:
+            try:
+                bound = await nursery.start(partial(serve_inbox, broker, token=token, port=port))
+            except InboxListenError as exc:
+                raise CliError(f"--inbox {port}: {exc.strerror}") from None
+            print(f"broker inbox: http://127.0.0.1:{bound}/?token={token}", file=sys.stderr)
+            await work()
+            nursery.cancel_scope.cancel(reason="the work beside the inbox ended")
 
 
 def _loopback(address: str) -> bool:
