@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _acp, _answers, _chaos, _demo, _hooks, _inbox, _log
+from . import _acp, _answers, _chaos, _demo, _hooks, _inbox, _log, _mcp
 from ._errors import EXIT_USAGE, run_command
 
 __all__ = ["main"]
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     _hooks.register(sub)
     _answers.register(sub)
     _inbox.register(sub)
+    _mcp.register(sub)
     _accept_debug_anywhere(parser)
     return parser
 

@@ -1,0 +1,145 @@
+"""``broker mcp-gate``: a transparent MCP proxy on stdio that asks before any tool runs.
+
+stdout carries only MCP frames; logs go to stderr (the upstream server's stderr too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import pathlib
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from .. import open_broker
+from ..mcp import GateRules, RulesError, serve_mcp_gate
+from ..store._url import redact_dsn
+from ._errors import CliError
+from ._numbers import positive_seconds
+from ._signals import run_until_signalled
+
+if TYPE_CHECKING:
+    _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = ["register"]
+
+DESCRIPTION = """\
+Stand between an MCP client (an editor, a desktop app, an agent) and an MCP server: every
+message passes through unchanged, except tools/call, which runs only once the broker says
+allowed-once. Otherwise the client gets a tool result with isError and the reason, and the
+server never sees the call. Every question is an audit pair in the store's log.
+
+Who answers, in order: the --rules file (allow/deny tool-name globs); then the client's user
+(an elicitation prompt, when the client supports it) racing an answer from another terminal
+(broker pending STORE / broker answer STORE ID allow); nobody within --deadline: unavailable.
+
+examples:
+  broker mcp-gate --store log.sqlite -- npx -y @modelcontextprotocol/server-filesystem ~/notes
+  broker mcp-gate --rules gate.toml --store log.sqlite -- python my_server.py
+      gate.toml:  allow = ["read_*", "list_*"]   deny = ["delete_*"]
+  broker pending log.sqlite          (another terminal) the calls waiting for an answer
+  broker answer log.sqlite ID allow  run that one call once
+"""
+
+
+def register(sub: _Sub) -> None:
+    """Add the ``mcp-gate`` sub-command."""
+    parser = sub.add_parser(
+        "mcp-gate",
+        help="gate an MCP server's tool calls: ask before any tool runs",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--store",
+        help="session log: a SQLite file path (or sqlite:///PATH), a postgresql:// URL, or "
+        "':memory:' for none (no remote answers then); default: a new SQLite file under "
+        "$XDG_STATE_HOME/broker/",
+    )
+    parser.add_argument(
+        "--rules", type=pathlib.Path, help="a TOML file: allow = [...], deny = [...]"
+    )
+    parser.add_argument(
+        "--deadline",
+        type=positive_seconds,
+        default=300.0,
+        help="seconds a tool call waits for an answer before it is refused (default 300)",
+    )
+    parser.add_argument(
+        "--no-remote-answers",
+        action="store_true",
+        help="do not wait for answers from another terminal (broker answer STORE ...)",
+    )
+    parser.add_argument(
+        "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    parser.add_argument(
+        "server",
+        nargs=argparse.REMAINDER,
+        metavar="-- SERVER_CMD ARGS",
+        help="the MCP server to start and gate, after --",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Gate until the client closes stdin (or the server exits); returns the exit status."""
+    command = list(args.server)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CliError(
+            "no MCP server to gate: name it after --, e.g. broker mcp-gate -- npx -y SERVER"
+        )
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+    )
+    try:
+        rules = GateRules.load(args.rules) if args.rules is not None else GateRules()
+    except RulesError as exc:
+        raise CliError(str(exc)) from None
+    store: str | None = args.store if args.store != ":memory:" else None
+    if args.store is None:
+        store = str(_default_store())
+        pathlib.Path(store).parent.mkdir(parents=True, exist_ok=True)
+    remote = store is not None and not args.no_remote_answers
+    if store is not None:
+        where = redact_dsn(store) if "://" in store else store
+        print(f"broker mcp-gate: session log {where}", file=sys.stderr)
+    return trio.run(
+        run_until_signalled, "mcp-gate", _serve, command, store, rules, remote, args.deadline
+    )
+
+
+def _default_store() -> pathlib.Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(pathlib.Path.home() / ".local" / "state")
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return pathlib.Path(state) / "broker" / f"mcp-gate-{stamp}-{os.getpid()}.sqlite"
+
+
+async def _serve(
+    command: list[str], store: str | None, rules: GateRules, remote: bool, deadline: float
+) -> int:
+    client_in = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    client_out = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
+    async with open_broker(store=store) as broker:
+        try:
+            await serve_mcp_gate(
+                broker,
+                command,
+                client_in=client_in,
+                client_out=client_out,
+                rules=rules,
+                remote_answers=remote,
+                deadline=deadline,
+            )
+        except (FileNotFoundError, PermissionError) as exc:
+            raise CliError(
+                f"cannot start the MCP server {command[0]!r}: {exc.strerror}: check SERVER_CMD "
+                "(the command after --)"
+            ) from None
+    return 0

@@ -1,0 +1,667 @@
+"""The MCP gate: a transparent stdio relay that holds every ``tools/call`` until the broker
+says ``allowed-once``.
+
+Synopsis::
+
+    async with open_broker(store="log.sqlite") as broker:
+        process = await trio.lowlevel.open_process(["npx", "server"], stdin=PIPE, stdout=PIPE)
+        await relay(
+            broker,
+            client_in=stdin, client_out=stdout,                       # the MCP client
+            upstream_in=process.stdout, upstream_out=process.stdin,   # the MCP server
+            rules=GateRules(allow=["read_*"]),
+        )
+
+Every line passes through as the bytes received, in both directions, except:
+
+* a ``tools/call`` request from the client is held and becomes a question of the connection's
+  broker session (one session and one turn per connection). ``allowed-once`` forwards it;
+  any other outcome answers the client with a tool result ``isError: true`` naming the
+  outcome, and the server never sees the call. The call is forwarded re-encoded by the gate
+  (compact JSON), so the arguments shown in the question are a byte-exact part of what the
+  server receives. A ``tools/call`` sent as a notification, spelled loosely
+  (``Tools/Call``), in a batch, or with a bad id or params is never forwarded;
+* a client's ``notifications/cancelled`` for a held call withdraws its question (settles
+  ``cancelled``; no response, as the MCP spec says for a cancelled request);
+* the gate's own requests to the client (``elicitation/create``, when the client advertised
+  elicitation in ``initialize``) and their responses, which never reach the server;
+* what the gate refuses: lines over the size limit, bad JSON, duplicated keys, batches,
+  responses to ids nobody asked (a forged or late answer), ids reused while in flight. The
+  sender gets a JSON-RPC error where it can be addressed; from the server such frames are
+  dropped and logged.
+
+Who answers, in order: the rules (``allow``/``deny`` patterns), then the client's user through
+elicitation racing remote answers on the store's board (``broker answer``), then nothing:
+``unavailable``. Every question is bounded by *deadline* seconds for the elicitation and the
+remote answer.
+
+Shutdown: when either side closes its stream, held questions are withdrawn (each settles
+``cancelled`` with its audit pair), the relay stops reading, the server's stdin is closed;
+requests the server never answered get a JSON-RPC error when the server is gone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import secrets
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+
+from .._decision import Answer
+from .._display import printable
+from .._errors import BrokerError
+from .._first_answer import first_answer
+from .._request import ApprovalRequest
+from .._signal import AbortSignal
+from .._vocabulary import Outcome
+from ..acp._framing import read_lines
+from ._frames import (
+    FrameError,
+    Kind,
+    classify,
+    encode,
+    error_response,
+    id_key,
+    is_gated_method,
+    parse_frame,
+    valid_id,
+)
+from ._rules import GateRules
+
+if TYPE_CHECKING:
+    from .._answerers import AnswerFn, AnswerNext
+    from .._broker import Broker
+    from .._session import Session
+
+__all__ = ["GATE_ID_PREFIX", "MAX_HELD", "MAX_LINE_BYTES", "refusal_text", "relay"]
+
+log = logging.getLogger("broker.mcp")
+
+#: The longest line either side may send (MCP's stdio transport has no limit; ours is 4 MiB).
+MAX_LINE_BYTES: Final = 4 * 1024 * 1024
+#: Tool calls waiting for an answer at once; one more is refused at once (fail closed).
+MAX_HELD: Final = 64
+#: Requests awaiting their response, per direction; one more is refused with an error.
+MAX_OUTSTANDING: Final = 1024
+#: Lines queued for one side before the reader of the other side waits (backpressure).
+OUTBOX: Final = 64
+#: How much of the arguments ``approval/asked`` records in its reason.
+REASON_ARGUMENTS: Final = 400
+#: Every id of the gate's own requests starts so; a server request using it is refused.
+GATE_ID_PREFIX: Final = "broker-mcp-gate-"
+
+_INVALID_REQUEST = -32600
+_METHOD_NOT_FOUND = -32601
+_INVALID_PARAMS = -32602
+_PARSE_ERROR = -32700
+_SERVER_ERROR = -32000
+
+_WHY = {
+    Outcome.REJECTED: "it was refused, by a rule or by the person asked",
+    Outcome.UNAVAILABLE: "no one could be asked, so it fails closed",
+    Outcome.CANCELLED: "the question was withdrawn before it was answered",
+}
+
+
+def refusal_text(name: str, outcome: Outcome) -> str:
+    """The tool result text the client gets for a call the broker did not allow."""
+    return (
+        f"broker mcp-gate: the tool call {printable(name)!r} was not run: approval "
+        f"{outcome.value} ({_WHY[outcome]}). The MCP server never received it."
+    )
+
+
+def _refusal(request_id: object, name: str, outcome: Outcome) -> bytes:
+    result = {"content": [{"type": "text", "text": refusal_text(name, outcome)}], "isError": True}
+    return encode({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def _dumps(value: object, *, ascii_only: bool) -> str:
+    return json.dumps(value, ensure_ascii=ascii_only, separators=(",", ":"), allow_nan=False)
+
+
+def _canonical(message: dict[str, Any], arguments: object) -> tuple[bytes, str]:
+    """The line forwarded for an allowed call and the arguments' text inside it.
+
+    Invariant: the arguments' text is a byte-exact substring of the line (the same encoder
+    settings encode the nested value the same way), so what the person was shown is what the
+    server reads. A lone surrogate (legal as a JSON escape) cannot be UTF-8: then both are
+    ASCII with escapes.
+    """
+    for ascii_only in (False, True):
+        text = _dumps(message, ascii_only=ascii_only)
+        try:
+            line = (text + "\n").encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        return line, _dumps(arguments, ascii_only=ascii_only)
+    raise AssertionError("unreachable: ASCII JSON always encodes")  # pragma: no cover
+
+
+@attrs.define(eq=False)
+class _Held:
+    """A ``tools/call`` waiting for its answer. Invariant: in ``_Relay.held`` exactly until
+    its outcome is known; then forwarded (and in ``upstream_pending``) or answered."""
+
+    request_id: object
+    name: str
+    line: bytes
+    signal: AbortSignal = attrs.field(factory=AbortSignal)
+    withdrawn_by_client: bool = False
+
+
+@attrs.define(eq=False)
+class _Ask:
+    """One of the gate's own requests to the client, waiting for its response."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    response: dict[str, Any] | None = None
+
+
+@attrs.define(eq=False)
+class _Relay:
+    """The state of one connection; its tasks live in :meth:`run`'s nurseries."""
+
+    broker: Broker
+    session: Session
+    client_in: trio.abc.ReceiveStream
+    client_out: trio.abc.SendStream
+    upstream_in: trio.abc.ReceiveStream
+    upstream_out: trio.abc.SendStream
+    deadline: float
+    max_line_bytes: int
+    to_client: trio.MemorySendChannel[bytes] = attrs.field(init=False)
+    to_upstream: trio.MemorySendChannel[bytes] = attrs.field(init=False)
+    _client_rx: trio.MemoryReceiveChannel[bytes] = attrs.field(init=False)
+    _upstream_rx: trio.MemoryReceiveChannel[bytes] = attrs.field(init=False)
+    #: id key -> the held call (tools/call waiting for the broker).
+    held: dict[str, _Held] = attrs.field(init=False, factory=dict)
+    #: id key -> id of the client's requests the server has not answered yet.
+    upstream_pending: dict[str, object] = attrs.field(init=False, factory=dict)
+    #: id keys of the server's requests the client has not answered yet.
+    client_pending: set[str] = attrs.field(init=False, factory=set)
+    #: id key -> the gate's own requests to the client.
+    asks: dict[str, _Ask] = attrs.field(init=False, factory=dict)
+    client_elicits: bool = attrs.field(init=False, default=False)
+    upstream_gone: bool = attrs.field(init=False, default=False)
+    closing: bool = attrs.field(init=False, default=False)
+    _calls: trio.Nursery | None = attrs.field(init=False, default=None)
+    _ask_ids: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
+    _id_prefix: str = attrs.field(init=False, factory=lambda: GATE_ID_PREFIX + secrets.token_hex(8))
+
+    def __attrs_post_init__(self) -> None:
+        self.to_client, self._client_rx = trio.open_memory_channel[bytes](OUTBOX)
+        self.to_upstream, self._upstream_rx = trio.open_memory_channel[bytes](OUTBOX)
+
+    async def run(self) -> None:
+        """Relay until either side closes its stream (module doc, shutdown)."""
+        async with trio.open_nursery() as io:
+            io.start_soon(_write, self.client_out, self._client_rx, "client")
+            io.start_soon(_write, self.upstream_out, self._upstream_rx, "server")
+            async with self.to_client, self.to_upstream:
+                async with trio.open_nursery() as calls:
+                    self._calls = calls
+                    async with trio.open_nursery() as readers:
+                        readers.start_soon(self._read_client, readers.cancel_scope)
+                        readers.start_soon(self._read_upstream, readers.cancel_scope)
+                    self.closing = True
+                    for held in list(self.held.values()):
+                        held.signal.abort("the MCP connection ended")
+                if self.upstream_gone:
+                    for request_id in self.upstream_pending.values():
+                        await self.to_client.send(
+                            error_response(
+                                request_id,
+                                _SERVER_ERROR,
+                                "the MCP server exited before answering: see its standard error",
+                            )
+                        )
+                    self.upstream_pending.clear()
+
+    # -- the client's side -----------------------------------------------------------------
+
+    async def _read_client(self, readers: trio.CancelScope) -> None:
+        try:
+            await read_lines(self.client_in, self.max_line_bytes, self._on_client_line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            log.info("the client's stream broke", exc_info=True)
+        readers.cancel(reason="the MCP client closed its stream")
+        await trio.lowlevel.checkpoint()
+
+    async def _reply_client(self, line: bytes) -> None:
+        await self.to_client.send(line)
+
+    async def _on_client_line(self, line: bytes | None) -> None:
+        if line is None:
+            await self._reply_client(
+                error_response(
+                    None,
+                    _INVALID_REQUEST,
+                    f"message longer than {self.max_line_bytes} bytes: the gate dropped it",
+                )
+            )
+            return
+        try:
+            message = parse_frame(line)
+        except FrameError as exc:
+            await self._reply_client(error_response(None, _PARSE_ERROR, f"parse error: {exc}"))
+            return
+        if isinstance(message, list):
+            await self._reply_client(
+                error_response(
+                    None,
+                    _INVALID_REQUEST,
+                    "batches are not relayed by the MCP gate: send one message per line",
+                )
+            )
+            return
+        if not isinstance(message, dict):
+            await self._reply_client(
+                error_response(None, _INVALID_REQUEST, "not a JSON-RPC message: expected an object")
+            )
+            return
+        try:
+            kind = classify(message)
+        except FrameError as exc:
+            request_id = message.get("id")
+            await self._reply_client(
+                error_response(
+                    request_id if valid_id(request_id) else None, _INVALID_REQUEST, str(exc)
+                )
+            )
+            return
+        if kind is Kind.RESPONSE:
+            await self._client_response(message, line)
+            return
+        method: str = message["method"]
+        if is_gated_method(method):
+            if kind is Kind.NOTIFICATION:
+                # No id: no one could be told the outcome, so it is never forwarded.
+                log.warning("dropped a %r notification: a tool call needs an id", printable(method))
+                await trio.lowlevel.checkpoint()
+                return
+            await self._hold(message)
+            return
+        if kind is Kind.NOTIFICATION:
+            if method == "notifications/cancelled" and self._withdraw(message):
+                await trio.lowlevel.checkpoint()
+                return
+            await self.to_upstream.send(line + b"\n")
+            return
+        request_id = message["id"]
+        if not valid_id(request_id):
+            await self._reply_client(
+                error_response(None, _INVALID_REQUEST, "id must be a string or an integer")
+            )
+            return
+        key = id_key(request_id)
+        if key in self.upstream_pending or key in self.held:
+            await self._reply_client(
+                error_response(
+                    request_id,
+                    _INVALID_REQUEST,
+                    f"id {key} is in use by a request still waiting: use a new id",
+                )
+            )
+            return
+        if len(self.upstream_pending) >= MAX_OUTSTANDING:
+            await self._reply_client(
+                error_response(
+                    request_id,
+                    _SERVER_ERROR,
+                    f"more than {MAX_OUTSTANDING} requests are waiting for the server: "
+                    "wait for their responses",
+                )
+            )
+            return
+        if method == "initialize":
+            self.client_elicits = _advertises_form_elicitation(message.get("params"))
+        self.upstream_pending[key] = request_id
+        await self.to_upstream.send(line + b"\n")
+
+    async def _client_response(self, message: dict[str, Any], line: bytes) -> None:
+        key = id_key(message["id"])
+        ask = self.asks.get(key)
+        if ask is not None:
+            ask.response = message
+            ask.done.set()
+            await trio.lowlevel.checkpoint()
+            return
+        if key in self.client_pending:
+            self.client_pending.discard(key)
+            await self.to_upstream.send(line + b"\n")
+            return
+        log.warning("dropped a response from the client to id %s, which no one asked", key)
+        await trio.lowlevel.checkpoint()
+
+    def _withdraw(self, message: dict[str, Any]) -> bool:
+        params = message.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        if not valid_id(request_id):
+            return False
+        key = id_key(request_id)
+        held = self.held.get(key)
+        if held is not None:
+            held.withdrawn_by_client = True
+            held.signal.abort("the MCP client cancelled the call")
+            return True
+        # The server may still answer; the client ignores that answer, and so do we.
+        self.upstream_pending.pop(key, None)
+        return False
+
+    async def _hold(self, message: dict[str, Any]) -> None:
+        request_id = message["id"]
+        method: str = message["method"]
+        if not valid_id(request_id):
+            await self._reply_client(
+                error_response(
+                    None, _INVALID_REQUEST, "a tools/call id must be a string or an integer"
+                )
+            )
+            return
+        if method != "tools/call":
+            await self._reply_client(
+                error_response(
+                    request_id,
+                    _METHOD_NOT_FOUND,
+                    f"method {printable(method)!r} is not forwarded: spell it tools/call",
+                )
+            )
+            return
+        key = id_key(request_id)
+        if key in self.held or key in self.upstream_pending:
+            await self._reply_client(
+                error_response(
+                    request_id,
+                    _INVALID_REQUEST,
+                    f"id {key} is in use by a request still waiting: use a new id",
+                )
+            )
+            return
+        params = message.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        if not isinstance(params, dict) or not isinstance(name, str) or not name.strip():
+            await self._reply_client(
+                error_response(
+                    request_id, _INVALID_PARAMS, "tools/call params.name must be a non-empty string"
+                )
+            )
+            return
+        arguments = params.get("arguments", {})
+        if not isinstance(arguments, dict):
+            await self._reply_client(
+                error_response(
+                    request_id, _INVALID_PARAMS, "tools/call params.arguments must be an object"
+                )
+            )
+            return
+        if len(self.held) >= MAX_HELD or self.closing or self._calls is None:
+            log.warning("refused tool call %s at once: %d calls are waiting", key, len(self.held))
+            await self._reply_client(_refusal(request_id, name, Outcome.UNAVAILABLE))
+            return
+        line, shown = _canonical(message, arguments)
+        held = _Held(request_id=request_id, name=name, line=line)
+        self.held[key] = held
+        self._calls.start_soon(self._decide, key, held, shown)
+        await trio.lowlevel.checkpoint()
+
+    async def _decide(self, key: str, held: _Held, arguments: str) -> None:
+        cut = (
+            arguments if len(arguments) <= REASON_ARGUMENTS else arguments[:REASON_ARGUMENTS] + "…"
+        )
+        request_id = held.request_id
+        req = ApprovalRequest(
+            agent=self.session.agent,
+            tool_name=held.name,
+            call_id=request_id if isinstance(request_id, str) else str(request_id),
+            reason=f"MCP tool call: {held.name} {cut}",
+            display_reason=f"MCP tool call: {held.name}\narguments: {arguments}",
+            signal=held.signal,
+        )
+        try:
+            outcome = await self.broker.request(req)
+        except BrokerError:
+            # Containment: a question that could not be put fails closed.
+            log.warning("tool call %s could not be asked; refused", key, exc_info=True)
+            outcome = Outcome.UNAVAILABLE
+        # Invariant: leaving ``held`` and entering ``upstream_pending`` with no checkpoint
+        # between, so a response or a reused id is never judged against a stale state.
+        del self.held[key]
+        if outcome is Outcome.ALLOWED_ONCE:
+            self.upstream_pending[key] = request_id
+            await self.to_upstream.send(held.line)
+        elif not held.withdrawn_by_client:
+            await self.to_client.send(_refusal(request_id, held.name, outcome))
+        else:
+            await trio.lowlevel.checkpoint()
+
+    # -- the server's side -----------------------------------------------------------------
+
+    async def _read_upstream(self, readers: trio.CancelScope) -> None:
+        try:
+            await read_lines(self.upstream_in, self.max_line_bytes, self._on_upstream_line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            log.info("the server's stream broke", exc_info=True)
+        self.upstream_gone = True
+        readers.cancel(reason="the MCP server closed its stream")
+        await trio.lowlevel.checkpoint()
+
+    async def _on_upstream_line(self, line: bytes | None) -> None:
+        # The server is untrusted: what cannot be read is dropped (it cannot be addressed).
+        if line is None:
+            log.warning("dropped a line from the server longer than %d bytes", self.max_line_bytes)
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            message = parse_frame(line)
+            if not isinstance(message, dict):
+                raise FrameError("not a single JSON-RPC message (batches are not relayed)")
+            kind = classify(message)
+        except FrameError as exc:
+            log.warning("dropped a line from the server: %s", exc)
+            await trio.lowlevel.checkpoint()
+            return
+        if kind is Kind.RESPONSE:
+            key = id_key(message["id"])
+            if key not in self.upstream_pending:
+                # Forged or late: the client is not waiting for it (a held call's id included).
+                log.warning("dropped a response from the server to id %s, not asked", key)
+                await trio.lowlevel.checkpoint()
+                return
+            del self.upstream_pending[key]
+            await self.to_client.send(line + b"\n")
+            return
+        if kind is Kind.REQUEST:
+            request_id = message["id"]
+            if not valid_id(request_id):
+                await self.to_upstream.send(
+                    error_response(None, _INVALID_REQUEST, "id must be a string or an integer")
+                )
+                return
+            key = id_key(request_id)
+            ours = isinstance(request_id, str) and request_id.startswith(GATE_ID_PREFIX)
+            if ours or key in self.client_pending:
+                await self.to_upstream.send(
+                    error_response(
+                        request_id, _INVALID_REQUEST, f"id {key} is in use: use a new id"
+                    )
+                )
+                return
+            if len(self.client_pending) >= MAX_OUTSTANDING:
+                await self.to_upstream.send(
+                    error_response(
+                        request_id,
+                        _SERVER_ERROR,
+                        f"more than {MAX_OUTSTANDING} requests are waiting for the client",
+                    )
+                )
+                return
+            self.client_pending.add(key)
+        elif message["method"] == "notifications/cancelled":
+            params = message.get("params")
+            request_id = params.get("requestId") if isinstance(params, dict) else None
+            if valid_id(request_id):
+                self.client_pending.discard(id_key(request_id))
+        await self.to_client.send(line + b"\n")
+
+    # -- the client's user as an answerer (elicitation) --------------------------------------
+
+    async def elicit(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
+        """Ask the client's user with ``elicitation/create`` (when the client advertised form
+        elicitation; else delegate): accept → allowed-once, decline → rejected, cancel →
+        cancelled; an error or no answer within the deadline → unavailable.
+
+        Cancellation: the client is sent ``notifications/cancelled`` for the request (when
+        its outbox has room: cleanup never waits on the client) and the wait ends.
+        """
+        if not self.client_elicits or self.closing:
+            return await next_()
+        request_id = f"{self._id_prefix}-{next(self._ask_ids)}"
+        key = id_key(request_id)
+        ask = _Ask()
+        self.asks[key] = ask
+        try:
+            await self.to_client.send(
+                encode(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": request_id,
+                        "method": "elicitation/create",
+                        "params": {
+                            "message": _elicitation_message(req),
+                            "requestedSchema": {"type": "object", "properties": {}},
+                        },
+                    }
+                )
+            )
+            with trio.move_on_after(self.deadline):
+                await ask.done.wait()
+        finally:
+            del self.asks[key]
+            if ask.response is None:
+                self._cancel_nowait(request_id)
+        return _elicited(ask.response)
+
+    def _cancel_nowait(self, request_id: str) -> None:
+        notice = {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": "the approval question was settled"},
+        }
+        try:
+            self.to_client.send_nowait(encode(notice))
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            log.info("could not tell the client that elicitation %s is over", request_id)
+
+
+def _elicitation_message(req: ApprovalRequest) -> str:
+    shown = printable(req.display_reason or req.reason or req.tool_name, keep_newlines=True)
+    return (
+        f"{shown}\n\nAllow this tool call once? Accept runs it once; decline refuses it; "
+        "cancel withdraws the question (it is not run)."
+    )
+
+
+_ACTIONS = {
+    "accept": Outcome.ALLOWED_ONCE,
+    "decline": Outcome.REJECTED,
+    "cancel": Outcome.CANCELLED,
+}
+
+
+def _elicited(response: dict[str, Any] | None) -> Outcome | Answer:
+    if response is None:
+        return Outcome.UNAVAILABLE
+    result = response.get("result")
+    action = result.get("action") if isinstance(result, dict) else None
+    outcome = _ACTIONS.get(action) if isinstance(action, str) else None
+    if outcome is None:
+        log.warning("the client's elicitation answer was not accept/decline/cancel: %r", response)
+        return Outcome.UNAVAILABLE
+    return Answer(outcome=outcome, by="the MCP client's user (elicitation)")
+
+
+def _advertises_form_elicitation(params: object) -> bool:
+    capabilities = params.get("capabilities") if isinstance(params, dict) else None
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+    if not isinstance(elicitation, dict):
+        return False
+    # 2025-06-18 advertises {}; 2025-11-25 may name its modes ({"form": {}, "url": {}}).
+    return not elicitation or "form" in elicitation
+
+
+async def _write(
+    stream: trio.abc.SendStream, lines: trio.MemoryReceiveChannel[bytes], who: str
+) -> None:
+    """Write each line to *stream* until the channel closes, then close *stream*. A broken
+    stream is logged and what follows is discarded (so senders never block on a dead peer)."""
+    broken = False
+    async with lines:
+        async for line in lines:
+            if broken:
+                continue
+            try:
+                await stream.send_all(line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                log.info("the %s's stream broke; discarding what is sent to it", who)
+                broken = True
+    await stream.aclose()
+
+
+def waterfall(relay: _Relay, rules: GateRules, remote: AnswerFn | None) -> AnswerFn:
+    """Rules first, then elicitation racing *remote* (if any), then the chain's end."""
+    after_rules: AnswerFn = first_answer(relay.elicit, remote) if remote else relay.elicit
+
+    async def answer(req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
+        decided = rules.decide(req.tool_name)
+        if decided is not None:
+            await trio.lowlevel.checkpoint()
+            return Answer(outcome=decided, by=rules.source)
+        return await after_rules(req, next_)
+
+    return answer
+
+
+async def relay(
+    broker: Broker,
+    *,
+    client_in: trio.abc.ReceiveStream,
+    client_out: trio.abc.SendStream,
+    upstream_in: trio.abc.ReceiveStream,
+    upstream_out: trio.abc.SendStream,
+    rules: GateRules | None = None,
+    remote_answers: bool = False,
+    deadline: float = 300.0,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> None:
+    """Gate one MCP connection (module doc) in a new session of *broker*, until either side
+    closes its stream; both output streams are closed on return.
+
+    *remote_answers* races the store's answer board against elicitation; *deadline* bounds
+    the wait for each (seconds). Cancellation: held questions settle ``cancelled`` with their
+    audit pairs (the session's teardown), the streams are closed, ``Cancelled`` propagates.
+    """
+    if not (0 < deadline <= 86400):
+        raise ValueError(f"deadline must be between 0 and 86400 seconds, got {deadline!r}")
+    if max_line_bytes < 1024:
+        raise ValueError(f"max_line_bytes must be at least 1024, got {max_line_bytes!r}")
+    async with broker.open_session() as session, session.turn():
+        state = _Relay(
+            broker=broker,
+            session=session,
+            client_in=client_in,
+            client_out=client_out,
+            upstream_in=upstream_in,
+            upstream_out=upstream_out,
+            deadline=deadline,
+            max_line_bytes=max_line_bytes,
+        )
+        remote = broker.remote_answerer(deadline=deadline) if remote_answers else None
+        async with broker.answerer(
+            waterfall(state, rules or GateRules(), remote), scope=session.agent
+        ):
+            await state.run()

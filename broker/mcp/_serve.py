@@ -1,0 +1,88 @@
+"""The upstream MCP server as a child process of the gate, over its stdin and stdout.
+
+Synopsis::
+
+    async with open_broker(store="log.sqlite") as broker:
+        status = await serve_mcp_gate(broker, ["npx", "-y", "some-mcp-server"],
+                                      client_in=stdin, client_out=stdout)
+
+The server's standard error is the gate's own (MCP servers log there). Stopping follows MCP's
+stdio shutdown: close the server's stdin, wait, then SIGTERM, wait, then SIGKILL, each wait
+bounded by :data:`STOP_GRACE`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from ._gate import relay
+from ._rules import GateRules
+
+if TYPE_CHECKING:
+    from .._broker import Broker
+
+__all__ = ["STOP_GRACE", "serve_mcp_gate"]
+
+#: Seconds the server gets to exit after its stdin closed, and again after SIGTERM.
+STOP_GRACE: Final = 2.0
+
+
+async def serve_mcp_gate(
+    broker: Broker,
+    command: Sequence[str],
+    *,
+    client_in: trio.abc.ReceiveStream,
+    client_out: trio.abc.SendStream,
+    rules: GateRules | None = None,
+    remote_answers: bool = False,
+    deadline: float = 300.0,
+) -> int | None:
+    """Start *command* as the upstream MCP server and gate the connection between it and the
+    client (:func:`broker.mcp.relay`) until either side closes; returns the server's exit
+    status (``None`` when it had to be killed and its status is unknown).
+
+    Raises :class:`OSError` when *command* cannot be started. Cancellation: the relay's
+    teardown runs, the server is stopped (shielded, bounded), ``Cancelled`` propagates.
+    """
+    if not command:
+        raise ValueError("command must name the MCP server to start: pass SERVER_CMD ARGS…")
+    process = await trio.lowlevel.open_process(
+        list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    try:
+        await relay(
+            broker,
+            client_in=client_in,
+            client_out=client_out,
+            upstream_in=process.stdout,
+            upstream_out=process.stdin,
+            rules=rules,
+            remote_answers=remote_answers,
+            deadline=deadline,
+        )
+    finally:
+        with trio.CancelScope(shield=True):
+            await _stop(process)
+    return process.returncode
+
+
+async def _stop(process: trio.Process) -> None:
+    """Close stdin, wait; terminate, wait; kill, wait (each bounded)."""
+    if process.stdin is not None:
+        await process.stdin.aclose()
+    with trio.move_on_after(STOP_GRACE):
+        await process.wait()
+        return
+    process.terminate()
+    with trio.move_on_after(STOP_GRACE):
+        await process.wait()
+        return
+    process.kill()
+    with trio.move_on_after(STOP_GRACE):
+        await process.wait()

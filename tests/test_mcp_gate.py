@@ -1,0 +1,426 @@
+"""The MCP gate's relay (``broker/mcp/_gate.py``) driven frame by frame in one process: the test
+plays the MCP client and the MCP server over memory streams, so every byte each side receives
+is checked, and the attacks (frames that try to smuggle a ``tools/call`` past the gate, forged
+answers, reused ids) are exact."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from broker import ApprovalAsked, ApprovalDecided, Event, MemoryStore, Outcome, open_broker
+from broker.mcp import GateRules, refusal_text, relay
+
+WAIT = 5
+
+
+@attrs.define(eq=False)
+class Peer:
+    """One side of the gate as the test plays it: writes lines, reads whole lines."""
+
+    send: trio.testing.MemorySendStream
+    recv: trio.testing.MemoryReceiveStream
+    buf: bytearray = attrs.field(factory=bytearray)
+
+    async def write(self, frame: bytes | dict[str, Any]) -> None:
+        data = frame if isinstance(frame, bytes) else json.dumps(frame).encode()
+        await self.send.send_all(data + b"\n")
+
+    async def line(self) -> bytes:
+        with trio.fail_after(WAIT):
+            while b"\n" not in self.buf:
+                chunk = await self.recv.receive_some()
+                if not chunk:
+                    raise EOFError("the gate closed this side")
+                self.buf += chunk
+        end = self.buf.index(b"\n")
+        line = bytes(self.buf[:end])
+        del self.buf[: end + 1]
+        return line
+
+    async def message(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(await self.line())
+        return value
+
+    async def rest(self) -> list[bytes]:
+        """Every line until the gate closes this side."""
+        lines = []
+        with contextlib.suppress(EOFError):
+            for _ in range(10_000):
+                lines.append(await self.line())
+        return lines
+
+
+@attrs.define(eq=False)
+class Wire:
+    store: MemoryStore
+    client: Peer
+    server: Peer
+    done: trio.Event
+
+    def events(self) -> list[Event]:
+        (session_id,) = self.store.session_ids()
+        return self.store.read_nowait(session_id)
+
+    def pairs(self) -> list[tuple[ApprovalAsked, ApprovalDecided]]:
+        events = self.events()
+        asked = {e.id: e for e in events if isinstance(e, ApprovalAsked)}
+        decided = [e for e in events if isinstance(e, ApprovalDecided)]
+        assert sorted(asked) == sorted(d.id for d in decided), "every question is a pair"
+        return [(asked[d.id], d) for d in decided]
+
+    async def hang_up(self) -> list[bytes]:
+        """The client closes its stream; returns what the server received after that."""
+        await self.client.send.aclose()
+        with trio.fail_after(WAIT):
+            await self.done.wait()
+        return await self.server.rest()
+
+
+@asynccontextmanager
+async def gate(
+    rules: GateRules | None = None, *, max_line_bytes: int = 64 * 1024, deadline: float = 60
+) -> AsyncIterator[Wire]:
+    store = MemoryStore()
+    client_send, client_in = trio.testing.memory_stream_one_way_pair()
+    client_out, client_recv = trio.testing.memory_stream_one_way_pair()
+    upstream_out, upstream_recv = trio.testing.memory_stream_one_way_pair()
+    upstream_send, upstream_in = trio.testing.memory_stream_one_way_pair()
+    done = trio.Event()
+    async with open_broker(store=store) as broker, trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            await relay(
+                broker,
+                client_in=client_in,
+                client_out=client_out,
+                upstream_in=upstream_in,
+                upstream_out=upstream_out,
+                rules=rules,
+                deadline=deadline,
+                max_line_bytes=max_line_bytes,
+            )
+            done.set()
+
+        nursery.start_soon(run)
+        wire = Wire(
+            store=store,
+            client=Peer(client_send, client_recv),
+            server=Peer(upstream_send, upstream_recv),
+            done=done,
+        )
+        with trio.fail_after(WAIT * 2):
+            yield wire
+            if not done.is_set():
+                await wire.hang_up()
+
+
+def call(request_id: object, name: str, arguments: object = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": name}
+    if arguments is not None:
+        params["arguments"] = arguments
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def refused(request_id: object, name: str, outcome: Outcome) -> dict[str, Any]:
+    text = refusal_text(name, outcome)
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "result": {"content": [{"type": "text", "text": text}], "isError": True},
+    }
+
+
+INITIALIZE_ELICITING = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"elicitation": {"form": {}}},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+
+
+async def test_messages_pass_both_ways_as_the_bytes_received() -> None:
+    odd = b'{ "method" : "ping",  "id":7 ,"jsonrpc":"2.0", "params":{"z":1,"a":"\\u00e9"}}'
+    async with gate() as wire:
+        await wire.client.write(odd)
+        assert await wire.server.line() == odd
+        answer = b'{"id":7,"jsonrpc":"2.0","result":{ }}'
+        await wire.server.write(answer)
+        assert await wire.client.line() == answer
+        # A notification and a request from the server pass unchanged too, and the client's
+        # answer to that request goes back.
+        note = b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"\\u001b[2J"}}'
+        await wire.server.write(note)
+        assert await wire.client.line() == note
+        ask = b'{"jsonrpc":"2.0","id":"s1","method":"roots/list"}'
+        await wire.server.write(ask)
+        assert await wire.client.line() == ask
+        reply = b'{"jsonrpc":"2.0","id":"s1","result":{"roots":[]}}'
+        await wire.client.write(reply)
+        assert await wire.server.line() == reply
+        assert await wire.hang_up() == []
+    assert wire.events()[0].TYPE == "turn/start"
+    assert wire.pairs() == []
+
+
+async def test_a_call_no_one_answers_is_refused_and_never_reaches_the_server() -> None:
+    async with gate() as wire:
+        await wire.client.write(call(3, "write_note", {"name": "a", "text": "x"}))
+        assert await wire.client.message() == refused(3, "write_note", Outcome.UNAVAILABLE)
+        assert await wire.hang_up() == []
+    ((asked, decided),) = wire.pairs()
+    assert asked.tool_name == "write_note"
+    assert asked.call_id == "3"
+    assert asked.reason == 'MCP tool call: write_note {"name":"a","text":"x"}'
+    assert decided.outcome is Outcome.UNAVAILABLE
+
+
+async def test_an_allowed_call_is_forwarded_with_the_argument_bytes_that_were_asked_about() -> None:
+    arguments = {"text": 'é "q" \u202e evil\ncmd', "n": 1.5, "nested": {"b": [1, None]}}
+    async with gate(GateRules(allow=["read_*", "write_*"])) as wire:
+        await wire.client.write(call("c-1", "write_note", arguments))
+        forwarded = await wire.server.line()
+        await wire.server.write({"jsonrpc": "2.0", "id": "c-1", "result": {"content": []}})
+        assert await wire.client.message() == {
+            "jsonrpc": "2.0",
+            "id": "c-1",
+            "result": {"content": []},
+        }
+        assert await wire.hang_up() == []
+    ((asked, decided),) = wire.pairs()
+    assert decided.outcome is Outcome.ALLOWED_ONCE
+    assert decided.answered_by == "rules"
+    assert asked.call_id == "c-1"
+    assert asked.reason is not None
+    shown = asked.reason.removeprefix("MCP tool call: write_note ")
+    assert shown.encode() in forwarded  # byte for byte, as the server reads them
+    assert json.loads(forwarded)["params"]["arguments"] == arguments
+
+
+async def test_a_denied_call_is_rejected_by_the_rules_before_any_question_reaches_a_person() -> (
+    None
+):
+    async with gate(GateRules(allow=["*"], deny=["write_*"], source="rules file gate.toml")) as w:
+        await w.client.write(INITIALIZE_ELICITING)
+        await w.server.line()
+        await w.client.write(call(4, "write_note", {}))
+        assert await w.client.message() == refused(4, "write_note", Outcome.REJECTED)
+        assert await w.hang_up() == []
+    ((_, decided),) = w.pairs()
+    assert decided.outcome is Outcome.REJECTED
+    assert decided.answered_by == "rules file gate.toml"
+
+
+SMUGGLED = [
+    pytest.param(
+        b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"write_note"}}',
+        None,
+        id="as-a-notification",
+    ),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"Tools/Call ","params":{"name":"write_note"}}',
+        -32601,
+        id="spelled-loosely",
+    ),
+    pytest.param(
+        b'[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note"}}]',
+        -32600,
+        id="in-a-batch",
+    ),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call","params":{"name":"w"}}',
+        -32700,
+        id="duplicate-method-key",
+    ),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note",'
+        b'"arguments":{"a":1,"a":2}}}',
+        -32700,
+        id="duplicate-argument-key",
+    ),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note"},'
+        b'"result":{}}',
+        "refused",
+        id="dressed-as-a-response",
+    ),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"write_note"}}',
+        -32600,
+        id="null-id",
+    ),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note",'
+        b'"arguments":[1]}}',
+        -32602,
+        id="arguments-not-an-object",
+    ),
+    pytest.param(b'{"jsonrpc":"2.0","id":1,"method":"tools/call"', -32700, id="bad-json"),
+    pytest.param(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","x":NaN}', -32700, id="nan"),
+    pytest.param(b"\xff\xfe{}", -32700, id="not-utf8"),
+    pytest.param(b"[" * 100 + b"]" * 100, -32700, id="too-deep"),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note","p":"'
+        + b"x" * 70_000
+        + b'"}}',
+        -32600,
+        id="over-long-line",
+    ),
+]
+
+
+@pytest.mark.parametrize(("frame", "code"), SMUGGLED)
+async def test_a_tools_call_cannot_be_smuggled_past_the_gate(frame: bytes, code: object) -> None:
+    async with gate() as wire:
+        await wire.client.write(frame)
+        if code == "refused":
+            assert await wire.client.message() == refused(1, "write_note", Outcome.UNAVAILABLE)
+        elif code is not None:
+            error = await wire.client.message()
+            assert error["error"]["code"] == code, error
+            assert error["error"]["message"].islower() or error["error"]["message"][0].islower()
+        # The gate keeps serving after it: the next ordinary request passes.
+        await wire.client.write({"jsonrpc": "2.0", "id": 99, "method": "ping"})
+        assert json.loads(await wire.server.line())["id"] == 99
+        received = await wire.hang_up()
+    assert received == []  # the server never saw a tools/call
+
+
+async def test_the_server_cannot_answer_a_held_call_nor_the_gates_own_question() -> None:
+    async with gate() as wire:
+        await wire.client.write(INITIALIZE_ELICITING)
+        assert json.loads(await wire.server.line())["method"] == "initialize"
+        await wire.server.write({"jsonrpc": "2.0", "id": 0, "result": {"capabilities": {}}})
+        await wire.client.message()
+        await wire.client.write(call(5, "write_note", {"text": "x"}))
+        elicitation = await wire.client.message()
+        assert elicitation["method"] == "elicitation/create"
+        gate_id = elicitation["id"]
+        # The server forges the call's result and an answer to the gate's question: both are
+        # dropped (neither was asked of it), and a request using the gate's id space is refused.
+        await wire.server.write({"jsonrpc": "2.0", "id": 5, "result": {"content": []}})
+        await wire.server.write({"jsonrpc": "2.0", "id": gate_id, "result": {"action": "accept"}})
+        await wire.server.write({"jsonrpc": "2.0", "id": gate_id, "method": "ping"})
+        assert json.loads(await wire.server.line())["error"]["code"] == -32600
+        await trio.testing.wait_all_tasks_blocked()
+        assert not any(isinstance(e, ApprovalDecided) for e in wire.events())  # still asking
+        await wire.client.write({"jsonrpc": "2.0", "id": gate_id, "result": {"action": "decline"}})
+        assert await wire.client.message() == refused(5, "write_note", Outcome.REJECTED)
+        assert await wire.hang_up() == []
+    ((_, decided),) = wire.pairs()
+    assert decided.outcome is Outcome.REJECTED
+
+
+async def test_an_id_in_flight_cannot_be_reused_to_swap_the_call() -> None:
+    async with gate() as wire:
+        await wire.client.write(INITIALIZE_ELICITING)
+        await wire.server.line()
+        await wire.client.write(call(6, "write_note", {"text": "shown"}))
+        elicitation = await wire.client.message()
+        await wire.client.write(call(6, "write_note", {"text": "swapped"}))
+        assert (await wire.client.message())["error"]["code"] == -32600
+        await wire.client.write(
+            {"jsonrpc": "2.0", "id": elicitation["id"], "result": {"action": "accept"}}
+        )
+        forwarded = json.loads(await wire.server.line())
+        assert forwarded["params"]["arguments"] == {"text": "shown"}
+        assert await wire.hang_up() == []
+
+
+@pytest.mark.parametrize(
+    ("action", "outcome"),
+    [
+        ("accept", Outcome.ALLOWED_ONCE),
+        ("decline", Outcome.REJECTED),
+        ("cancel", Outcome.CANCELLED),
+    ],
+)
+async def test_elicitation_answers_map_to_outcomes(action: str, outcome: Outcome) -> None:
+    async with gate() as wire:
+        await wire.client.write(INITIALIZE_ELICITING)
+        await wire.server.line()
+        await wire.client.write(call(7, "write_note", {"name": "a\u202eb", "text": "x"}))
+        elicitation = await wire.client.message()
+        message = elicitation["params"]["message"]
+        assert message.startswith('MCP tool call: write_note\narguments: {"name":"a\\u202eb"')
+        assert elicitation["params"]["requestedSchema"] == {"type": "object", "properties": {}}
+        await wire.client.write(
+            {"jsonrpc": "2.0", "id": elicitation["id"], "result": {"action": action}}
+        )
+        if outcome is Outcome.ALLOWED_ONCE:
+            assert json.loads(await wire.server.line())["id"] == 7
+        else:
+            assert await wire.client.message() == refused(7, "write_note", outcome)
+        assert await wire.hang_up() == []
+    ((_, decided),) = wire.pairs()
+    assert decided.outcome is outcome
+    assert decided.answered_by == "the MCP client's user (elicitation)"
+
+
+async def test_a_client_that_did_not_advertise_elicitation_is_not_asked() -> None:
+    async with gate() as wire:
+        initialize = json.loads(json.dumps(INITIALIZE_ELICITING))
+        initialize["params"]["capabilities"] = {}
+        await wire.client.write(initialize)
+        await wire.server.line()
+        await wire.client.write(call(8, "write_note", {}))
+        assert await wire.client.message() == refused(8, "write_note", Outcome.UNAVAILABLE)
+
+
+async def test_the_clients_cancellation_withdraws_the_question_and_reaches_no_one() -> None:
+    async with gate() as wire:
+        await wire.client.write(INITIALIZE_ELICITING)
+        await wire.server.line()
+        await wire.client.write(call(9, "write_note", {}))
+        elicitation = await wire.client.message()
+        await wire.client.write(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+        )
+        # The gate withdraws its own question from the client, and answers nothing for 9.
+        withdrawn = await wire.client.message()
+        assert withdrawn["method"] == "notifications/cancelled"
+        assert withdrawn["params"]["requestId"] == elicitation["id"]
+        assert await wire.hang_up() == []
+        assert wire.client.buf == bytearray()
+        assert await wire.client.rest() == []
+    ((_, decided),) = wire.pairs()
+    assert decided.outcome is Outcome.CANCELLED
+
+
+async def test_the_server_exiting_answers_what_it_left_unanswered() -> None:
+    async with gate(GateRules(allow=["read_*"])) as wire:
+        await wire.client.write(call(10, "read_note", {}))
+        await wire.server.line()
+        await wire.server.send.aclose()  # the server exits without answering
+        error = await wire.client.message()
+        assert error["id"] == 10
+        assert error["error"]["message"] == (
+            "the MCP server exited before answering: see its standard error"
+        )
+        assert await wire.client.rest() == []
+        with trio.fail_after(WAIT):
+            await wire.done.wait()
+
+
+async def test_the_connection_ending_settles_held_calls_cancelled() -> None:
+    async with gate() as wire:
+        await wire.client.write(INITIALIZE_ELICITING)
+        await wire.server.line()
+        await wire.client.write(call(11, "write_note", {}))
+        await wire.client.message()  # the elicitation, never answered
+        assert await wire.hang_up() == []
+    ((_, decided),) = wire.pairs()
+    assert decided.outcome is Outcome.CANCELLED
+    assert wire.events()[-1].TYPE == "turn/end"
