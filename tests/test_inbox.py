@@ -5,6 +5,7 @@ stream and its bounds. The page in a real browser: ``test_inbox_browser.py``; th
 from __future__ import annotations
 
 import json
+import pathlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -15,7 +16,15 @@ import pytest
 import trio
 import trio.testing
 
-from broker import AbortSignal, ApprovalRequest, Broker, Decision, Outcome, Session
+from broker import (
+    AbortSignal,
+    ApprovalRequest,
+    Broker,
+    Decision,
+    Outcome,
+    Session,
+    open_broker,
+)
 from broker.inbox import InboxKeys, InboxListenError, serve_inbox
 from broker.inbox._feed import Feed
 from broker.store._board import PendingQuestion
@@ -33,6 +42,7 @@ class Asked:
     id: str
     signal: AbortSignal
     decisions: list[Decision]
+    decided: trio.Event
 
 
 @asynccontextmanager
@@ -41,6 +51,7 @@ async def asking(broker: Broker, session: Session, **fields: Any) -> AsyncIterat
     runs; the block must see it settled (or it is withdrawn on the way out)."""
     signal = AbortSignal()
     decisions: list[Decision] = []
+    decided = trio.Event()
     fields = {"tool_name": "bash", "call_id": "call_1", "reason": "rm -rf build"} | fields
     async with broker.answerer(broker.remote_answerer()), session.turn():
         async with trio.open_nursery() as nursery:
@@ -48,11 +59,17 @@ async def asking(broker: Broker, session: Session, **fields: Any) -> AsyncIterat
             async def ask() -> None:
                 req = ApprovalRequest(agent=session.agent, signal=signal, **fields)
                 decisions.append(await broker.request_decision(req))
+                decided.set()
 
             nursery.start_soon(ask)
-            await trio.testing.wait_all_tasks_blocked()
-            (question,) = await broker.pending(session.id)
-            yield Asked(question.id, signal, decisions)
+            # Polled: on SQLite the board is written from a worker thread.
+            with trio.fail_after(5):
+                for _ in range(1000):
+                    if found := await broker.pending(session.id):
+                        break
+                    await trio.sleep(0.005)
+            (question,) = found
+            yield Asked(question.id, signal, decisions, decided)
             signal.abort("the test block ended")
 
 
@@ -328,3 +345,50 @@ async def test_serve_inbox_refuses_a_taken_port_and_a_weak_token_by_name(
                 await nursery.start(partial(serve_inbox, approval_broker, token="short", port=0))
             with pytest.raises(ValueError, match=r"^port must be an integer from 0 to 65535 "):
                 await nursery.start(partial(serve_inbox, approval_broker, token=TOKEN, port=-1))
+
+
+async def test_the_session_view_reads_an_sqlite_log_and_refuses_what_it_cannot_show(
+    tmp_path: pathlib.Path, inbox: Inbox
+) -> None:
+    with trio.fail_after(20):
+        memory = await http(inbox.port, "GET", "/api/session?id=x", headers=BEARER)
+        assert (memory.status, json.loads(memory.body)) == (
+            404,
+            {
+                "error": (
+                    "no session view here: the inbox reads session logs from an SQLite store only"
+                )
+            },
+        )
+        async with open_broker(store=str(tmp_path / "log.sqlite")) as broker:
+            async with broker.open_session() as session, open_inbox(broker) as sqlite_inbox:
+                async with asking(broker, session, reason="shown in the log") as asked:
+                    await broker.answer(asked.id, "rejected", by="bob")
+                    await trio.testing.wait_all_tasks_blocked()
+                    with trio.fail_after(5):
+                        await asked.decided.wait()
+                    seen = await http(
+                        sqlite_inbox.port, "GET", f"/api/session?id={session.id}", headers=BEARER
+                    )
+                    unknown = await http(
+                        sqlite_inbox.port, "GET", "/api/session?id=nope", headers=BEARER
+                    )
+                    missing = await http(sqlite_inbox.port, "GET", "/api/session", headers=BEARER)
+                    stranger = await http(sqlite_inbox.port, "GET", f"/api/session?id={session.id}")
+    assert seen.status == 200
+    view = json.loads(seen.body)
+    assert (view["sessionId"], view["total"]) == (session.id, 3)
+    assert [row["type"] for row in view["rows"]] == [
+        "turn/start",
+        "approval/asked",
+        "approval/decided",
+    ]
+    assert view["rows"][2]["text"] == f"decided {asked.id} rejected by bob (asked at #2)"
+    assert unknown.status == 404
+    assert json.loads(unknown.body)["error"].startswith("session 'nope' is not in store file '")
+    assert (missing.status, json.loads(missing.body)) == (
+        400,
+        {"error": "id is required: /api/session?id=SESSION_ID"},
+    )
+    assert stranger.status == 401
+    assert b"shown in the log" not in stranger.body

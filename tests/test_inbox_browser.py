@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,7 +23,15 @@ import attrs
 import pytest
 import trio
 
-from broker import AbortSignal, ApprovalRequest, Broker, Decision, Outcome, Session
+from broker import (
+    AbortSignal,
+    ApprovalRequest,
+    Broker,
+    Decision,
+    Outcome,
+    Session,
+    open_broker,
+)
 from broker._remote import process_owner
 from broker.store._board import AnswerBoard, PendingQuestion
 
@@ -528,29 +537,61 @@ async def test_hundreds_of_pending_questions_stay_usable(
         await in_browser(script)
 
 
-async def test_a_screenshot_of_the_inbox(
-    approval_broker: Broker, approval_session: Session, tmp_path: pathlib.Path
-) -> None:
+async def test_a_screenshot_of_the_inbox(tmp_path: pathlib.Path) -> None:
     target = pathlib.Path(os.environ.get("BROKER_INBOX_SCREENSHOT", tmp_path / "inbox.png"))
-    async with asking(approval_broker, approval_session) as (asker, inbox):
+    async with open_broker(store=str(tmp_path / "log.sqlite")) as broker:
+        async with broker.open_session() as session, asking(broker, session) as (asker, inbox):
 
-        def script(browser: Browser) -> None:
-            page = open_page(browser, inbox, name="alice").page
-            done = ask(asker, tool_name="bash", reason="git push --force origin main")
-            card(page, done).get_by_role("button", name="Reject").click()
-            card(page, done, "settled").wait_for()
-            ask(
-                asker,
-                tool_name="bash",
-                reason="echo escalated > escalated.txt && cat escalated.txt",
-                display_reason="run with workspace-write access: the user asked to write "
-                "escalated.txt in the workspace",
-            )
-            ask(asker, tool_name="write_file", reason="write src/app.py (42 lines)")
-            ask(asker, tool_name="bash", reason="<img src=x onerror=alert(1)>\x1b[2K")
-            page.wait_for_function("() => document.querySelectorAll('#pending > li').length === 3")
-            page.locator("#pending > li").first.focus()
-            page.screenshot(path=str(target), full_page=True)
+            def script(browser: Browser) -> None:
+                page = open_page(browser, inbox, name="alice").page
+                done = ask(asker, tool_name="bash", reason="git push --force origin main")
+                card(page, done).get_by_role("button", name="Reject").click()
+                card(page, done, "settled").wait_for()
+                ask(
+                    asker,
+                    tool_name="bash",
+                    reason="echo escalated > escalated.txt && cat escalated.txt",
+                    display_reason="run with workspace-write access: the user asked to write "
+                    "escalated.txt in the workspace",
+                )
+                ask(asker, tool_name="write_file", reason="write src/app.py (42 lines)")
+                ask(asker, tool_name="bash", reason="<img src=x onerror=alert(1)>\x1b[2K")
+                page.wait_for_function(
+                    "() => document.querySelectorAll('#pending > li').length === 3"
+                )
+                card(page, done, "settled").locator("a.session-link").click()
+                page.locator("#session-rows tr.approval-decided").wait_for()
+                page.locator("#pending > li").first.focus()
+                page.evaluate("() => window.scrollTo(0, 0)")  # the sticky header on top
+                page.screenshot(path=str(target), full_page=True)
 
-        await in_browser(script)
+            await in_browser(script)
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+async def test_the_session_view_shows_the_log_paired_with_who_answered(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with open_broker(store=str(tmp_path / "log.sqlite")) as broker:
+        async with broker.open_session() as session, asking(broker, session) as (asker, inbox):
+
+            def script(browser: Browser) -> tuple[str, list[str]]:
+                page = open_page(browser, inbox).page
+                qid = ask(asker, reason="rm -rf build <b>now</b>")
+                card(page, qid).get_by_role("button", name="Allow once").click()
+                assert decision(asker, qid).outcome is Outcome.ALLOWED_ONCE
+                settled = card(page, qid, "settled")
+                settled.locator("a.session-link").click()
+                page.locator("#session-rows tr.approval-decided").wait_for()
+                assert page.locator("#session-id").text_content() == session.id
+                assert page.locator("#session-view b").count() == 0
+                return qid, page.locator("#session-rows td.event").all_text_contents()
+
+            qid, rows = await in_browser(script)
+    assert rows[0] == "turn 1 started"
+    assert re.fullmatch(
+        rf"asked {qid} tool bash call call_1 \(rm -rf build <b>now</b>\) -> decided at "
+        r"#(\d+) after \d+\.\d{3}s",
+        rows[1],
+    )
+    assert re.fullmatch(rf"decided {qid} allowed-once by alice \(asked at #\d+\)", rows[2])

@@ -7,6 +7,7 @@ Routes (every one needs the token first — 401 and no data without it, :mod:`._
 ``GET /inbox.js|css``     the page's script and style
 ``GET /events``           Server-Sent Events: ``snapshot`` then ``change`` events (:mod:`._feed`)
 ``GET /api/pending``      the pending questions now, as one JSON ``snapshot``
+``GET /api/session?id=``  a session's log, asked/decided paired (:mod:`._timeline`; SQLite)
 ``POST /api/answer``      ``{"id", "outcome": "allowed-once"|"rejected", "by"}`` with the
                           ``X-CSRF-Token`` header (403 without it, nothing recorded); 200 the
                           answer was taken, 409 refused naming what was recorded, 404 an unknown
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -32,6 +34,7 @@ import trio
 from .._cattrs_errors import STRUCTURE_ERRORS, problems
 from .._codec import converter
 from ..store._board import AnswerRefusedError, UnknownQuestionError, check_answer
+from ..store._logtools import LogToolError
 from ..store._protocol import StoreError
 from ._feed import Feed, FeedBusyError
 from ._http import (
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
 
     from ..store._board import AnswerBoard
     from ._auth import InboxKeys
+    from ._timeline import SessionLog
 
 __all__ = ["InboxApp"]
 
@@ -67,11 +71,14 @@ def _problem(status: int, error: str, question_id: str | None = None) -> tuple[i
 
 @attrs.define(eq=False)
 class InboxApp:
-    """The ASGI app over *board*, guarded by *keys*, streaming *feed* (module doc)."""
+    """The ASGI app over *board*, guarded by *keys*, streaming *feed*, showing session views
+    from *log* (module doc)."""
 
     board: AnswerBoard
     keys: InboxKeys
     feed: Feed
+    #: Where session views are read from; None: the store has no reader here (404).
+    log: SessionLog | None = None
     #: Seconds between two keep-alive comments on an idle stream (a dead client shows then).
     heartbeat: float = 15.0
     #: The longest answering POST body taken.
@@ -127,6 +134,9 @@ class InboxApp:
             await self._events(receive, send)
         elif path == "/api/pending":
             await self._pending(send)
+        elif path == "/api/session":
+            status, body = await self._session(request)
+            await respond(send, status, body, _JSON)
         else:
             await respond(send, 404, b"not found\n")
 
@@ -139,6 +149,23 @@ class InboxApp:
         limited = [shown(q) for q in questions[: self.feed.limit]]
         body = dumps(Snapshot(questions=limited, total=len(questions), now_ms=_now_ms()))
         await respond(send, 200, body, _JSON)
+
+    async def _session(self, request: Request) -> tuple[int, bytes]:
+        await trio.lowlevel.checkpoint()
+        session_id = urllib.parse.parse_qs(request.query).get("id", [""])[0]
+        if self.log is None:
+            return _problem(
+                404,
+                "no session view here: the inbox reads session logs from an SQLite store only",
+            )
+        if not session_id:
+            return _problem(400, "id is required: /api/session?id=SESSION_ID")
+        try:
+            return 200, await self.log.view(session_id)
+        except LogToolError as exc:
+            return _problem(404, shown_name(str(exc)))
+        except StoreError as exc:
+            return _problem(503, str(exc))
 
     async def _answer(self, request: Request, receive: Receive) -> tuple[int, bytes]:
         await trio.lowlevel.checkpoint()

@@ -28,6 +28,7 @@ from .._collapse import collapse_single
 from ._app import InboxApp
 from ._auth import InboxKeys
 from ._feed import Feed
+from ._timeline import session_log_of
 
 if TYPE_CHECKING:
     from .._broker import Broker
@@ -69,7 +70,7 @@ async def serve_inbox(
     _check_port(port)
     board = _board(target)
     feed = Feed(board, interval=poll_interval)
-    app = InboxApp(board=board, keys=keys, feed=feed)
+    app = InboxApp(board=board, keys=keys, feed=feed, log=session_log_of(board))
     with _listen(host, port) as sock:
         config = _BoundConfig(sock)
         config.accesslog = None

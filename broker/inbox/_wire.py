@@ -20,7 +20,9 @@ __all__ = [
     "AnswerReply",
     "Change",
     "Gone",
+    "SessionView",
     "Snapshot",
+    "TimelineRow",
     "dumps",
     "shown",
     "shown_name",
@@ -57,6 +59,26 @@ class Change:
 
 
 @attrs.frozen(kw_only=True)
+class TimelineRow:
+    """One event of a session's log, described as ``broker log show`` does (escaped)."""
+
+    seq: int
+    ts_ms: int
+    type: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class SessionView:
+    """A session's log for the page: its newest events (``rows``) of ``total``."""
+
+    session_id: str
+    parent_id: str | None = None
+    total: int
+    rows: list[TimelineRow]
+
+
+@attrs.frozen(kw_only=True)
 class AnswerBody:
     """The body of ``POST /api/answer``."""
 
@@ -77,7 +99,16 @@ class AnswerReply:
     recorded: str | None = None
 
 
-for _cls in (PendingQuestion, Gone, Snapshot, Change, AnswerBody, AnswerReply):
+for _cls in (
+    PendingQuestion,
+    Gone,
+    Snapshot,
+    Change,
+    TimelineRow,
+    SessionView,
+    AnswerBody,
+    AnswerReply,
+):
     register_wire_type(_cls)
 
 

@@ -48,6 +48,10 @@ function card(q) {
   field(facts, "Reason", q.reason);
   field(facts, "Shown as", q.displayReason);
   field(facts, "Session", q.sessionId);
+  const sessionLink = text("a", "session-link", q.sessionId);
+  sessionLink.href = `#session=${encodeURIComponent(q.sessionId)}`;
+  sessionLink.title = "show this session's log";
+  facts.lastElementChild.replaceChildren(sessionLink);
   field(facts, "Agent", q.agent);
   field(facts, "Asked by", q.owner);
   field(facts, "Question", q.id);
@@ -186,6 +190,56 @@ document.addEventListener("keydown", (event) => {
   event.preventDefault();
 });
 
+function clock(ms) {
+  return new Date(ms).toISOString().slice(11, 23);
+}
+
+async function showSession() {
+  const view = document.getElementById("session-view");
+  const match = location.hash.match(/^#session=(.+)$/);
+  if (!match) {
+    view.hidden = true;
+    return;
+  }
+  const id = decodeURIComponent(match[1]);
+  const rows = document.getElementById("session-rows");
+  const summary = document.getElementById("session-summary");
+  document.getElementById("session-id").textContent = id;
+  rows.replaceChildren();
+  summary.textContent = "loading…";
+  view.hidden = false;
+  let reply = {};
+  let status = 0;
+  try {
+    const response = await fetch(`/api/session?id=${encodeURIComponent(id)}`);
+    status = response.status;
+    reply = await response.json().catch(() => ({}));
+  } catch (error) {
+    reply = { error: `the inbox did not answer: ${error}` };
+  }
+  if (status !== 200) {
+    summary.textContent = reply.error ?? `HTTP ${status}`;
+    return;
+  }
+  const parent = reply.parentId ? `, parent ${reply.parentId}` : "";
+  const shown = reply.rows.length < reply.total ? ` (the newest ${reply.rows.length} shown)` : "";
+  summary.textContent = `${reply.total} events${shown}${parent}`;
+  const start = reply.rows.length ? reply.rows[0].tsMs : 0;
+  for (const row of reply.rows) {
+    const tr = document.createElement("tr");
+    tr.className = row.type.replace("/", "-");
+    tr.append(
+      text("td", "seq", row.seq),
+      text("td", "time", clock(row.tsMs)),
+      text("td", "elapsed", `+${((row.tsMs - start) / 1000).toFixed(3)}s`),
+      text("td", "event", row.text),
+    );
+    rows.append(tr);
+  }
+}
+
+window.addEventListener("hashchange", showSession);
+
 function connect() {
   const connection = document.getElementById("connection");
   const source = new EventSource("/events");
@@ -204,4 +258,5 @@ function connect() {
 byInput.value = localStorage.getItem("broker-inbox-by") ?? "";
 counted(0);
 connect();
+showSession();
 setInterval(tick, 1000);

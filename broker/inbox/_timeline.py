@@ -1,0 +1,137 @@
+"""The session view: one session's log as ``broker log show STORE SESSION`` prints it — asked
+and decided paired, with who answered — for the page.
+
+Synopsis::
+
+    log = session_log_of(board)            # None: this store has no reader here
+    body = await log.view(session_id)      # JSON bytes of a SessionView
+
+Only SQLite stores are read here (the store file the board lives in); the read runs on a worker
+thread, one at a time per inbox (a burst of clicks queues, it does not open a reader each), and
+the view holds the newest ``limit`` events of the session, with the total.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from .._display import printable
+from .._events import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalGrant,
+    ApprovalPolicy,
+    TurnEnd,
+    TurnStart,
+)
+from ..store._logtools import show_session
+from ..store.sqlite._board import SqliteBoard
+from ._wire import SessionView, TimelineRow, dumps
+
+if TYPE_CHECKING:
+    from ..store._board import AnswerBoard
+    from ..store._logtools import Timeline, TimelineEntry
+
+__all__ = ["SessionLog", "describe", "session_log_of"]
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:.3f}s"
+
+
+def _asked(entry: TimelineEntry, event: ApprovalAsked) -> str:
+    text = f"asked {event.id} tool {event.tool_name}"
+    if event.call_id is not None:
+        text += f" call {event.call_id}"
+    if event.reason is not None:
+        text += f" ({event.reason})"
+    if entry.pair_seq is None:
+        return text + " -> pending (no decision)"
+    after = "" if entry.duration_ms is None else f" after {_seconds(entry.duration_ms)}"
+    return text + f" -> decided at #{entry.pair_seq}{after}"
+
+
+def _decided(entry: TimelineEntry, event: ApprovalDecided) -> str:
+    text = f"decided {event.id} {event.outcome}"
+    if event.answered_by is not None:
+        text += f" by {event.answered_by}"
+    flags = [
+        flag
+        for flag, on in (
+            ("remembered", event.remembered),
+            (f"policy {event.policy}", event.policy is not None),
+            ("recovered", event.recovered),
+        )
+        if on
+    ]
+    if flags:
+        text += " [" + ", ".join(flags) + "]"
+    if entry.pair_seq is None:
+        return text + " (no matching ask)"
+    return text + f" (asked at #{entry.pair_seq})"
+
+
+def describe(entry: TimelineEntry) -> str:
+    """One line for *entry*, in the words of ``broker log show`` (not yet escaped)."""
+    event = entry.event
+    if isinstance(event, TurnStart):
+        return f"turn {event.turn} started"
+    if isinstance(event, TurnEnd):
+        return f"turn {event.turn} ended: {event.reason.kind}"
+    if isinstance(event, ApprovalAsked):
+        return _asked(entry, event)
+    if isinstance(event, ApprovalDecided):
+        return _decided(entry, event)
+    if isinstance(event, ApprovalPolicy):
+        source = "" if event.source is None else f" (source {event.source})"
+        return f"policy {event.policy}{source}"
+    if isinstance(event, ApprovalGrant):
+        return f"grant tool {event.tool_name}"
+    return event.TYPE
+
+
+def _view(timeline: Timeline, limit: int) -> SessionView:
+    entries = timeline.entries[-limit:]
+    return SessionView(
+        session_id=printable(timeline.session.session_id),
+        parent_id=None
+        if timeline.session.parent_id is None
+        else printable(timeline.session.parent_id),
+        total=len(timeline.entries),
+        rows=[
+            TimelineRow(
+                seq=entry.seq,
+                ts_ms=entry.ts_ms,
+                type=entry.event.TYPE,
+                text=printable(describe(entry)),
+            )
+            for entry in entries
+        ],
+    )
+
+
+@attrs.define(eq=False)
+class SessionLog:
+    """The session views of the SQLite store file *path* (module doc)."""
+
+    path: str | os.PathLike[str]
+    limit: int = 1000
+    _limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+
+    async def view(self, session_id: str) -> bytes:
+        """The view of *session_id* as JSON. Raises :class:`~broker.store.LogToolError` for an
+        unknown session, :class:`~broker.store.StoreError` when the file cannot be read.
+        Cancellation: waits for a read in progress (a short one), then stops."""
+        timeline = await trio.to_thread.run_sync(
+            show_session, self.path, session_id, limiter=self._limiter
+        )
+        return dumps(_view(timeline, self.limit))
+
+
+def session_log_of(board: AnswerBoard) -> SessionLog | None:
+    """The session log beside *board*, where this inbox can read it (an SQLite store)."""
+    return SessionLog(board.path) if isinstance(board, SqliteBoard) else None
