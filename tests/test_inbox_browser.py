@@ -190,9 +190,12 @@ class FrozenFeedBoard:
 
 @asynccontextmanager
 async def asking(
-    broker: Broker, session: Session, board: AnswerBoard | None = None
+    broker: Broker,
+    session: Session,
+    board: AnswerBoard | None = None,
+    deadline: float | None = None,
 ) -> AsyncIterator[tuple[Asker, Inbox]]:
-    async with broker.answerer(broker.remote_answerer()), session.turn():
+    async with broker.answerer(broker.remote_answerer(deadline=deadline)), session.turn():
         async with trio.open_nursery() as nursery, open_inbox(board or broker) as inbox:
             asker = Asker(broker, session, nursery)
             try:
@@ -325,6 +328,28 @@ async def test_a_question_withdrawn_by_its_abort_signal_leaves_the_list_as_cance
 
         qid = await in_browser(script)
     assert asker.decided[qid].outcome is Outcome.CANCELLED
+
+
+async def test_the_deadline_counts_down_and_an_expired_question_leaves_as_unavailable(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    async with asking(approval_broker, approval_session, deadline=2.0) as (asker, inbox):
+
+        def script(browser: Browser) -> str:
+            page = open_page(browser, inbox).page
+            qid = ask(asker, reason="nobody will answer this")
+            shown = card(page, qid)
+            shown.wait_for()
+            assert re.fullmatch(
+                r"deadline in [12] s", shown.locator(".deadline").text_content() or ""
+            )
+            settled = card(page, qid, "settled")
+            settled.wait_for()  # within the 10 s step bound: the deadline is 2 s
+            assert settled.locator(".outcome").text_content() == "settled as unavailable"
+            return qid
+
+        qid = await in_browser(script)
+    assert asker.decided[qid].outcome is Outcome.UNAVAILABLE
 
 
 XSS_REASON = '<img src=x onerror="window.__xss = 1; alert(1)">'
