@@ -61,6 +61,8 @@ def first_answer(*answerers: AnswerFn) -> AnswerFn:
             raise AssertionError("unreachable")  # pragma: no cover
 
         async def run(fn: AnswerFn, nursery: trio.Nursery) -> None:
+            # A participant that answers without yielding still lets the others start.
+            await trio.lowlevel.checkpoint()
             try:
                 result = await fn(req, delegate)
             except Exception:

@@ -45,6 +45,7 @@ class Asking:
         Cancellation: the caller runs this shielded and bounded; an unfinished hook is
         abandoned.
         """
+        await trio.lowlevel.checkpoint()
         hooks, self.hooks = self.hooks, []
         for hook in hooks:
             try:

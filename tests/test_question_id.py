@@ -93,7 +93,7 @@ async def test_a_task_in_the_answerers_own_nursery_sees_it(
             await trio.lowlevel.checkpoint()
             inside.append(req.question_id)
 
-        async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:  # noqa: ASYNC112 (the point: a child task)
             nursery.start_soon(look)
         return Outcome.REJECTED
 

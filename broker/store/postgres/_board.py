@@ -337,6 +337,7 @@ class PostgresBoard:
         early = self._recent.pop(question_id, None)
         if early is not None:
             self._deliver(early)
+        await trio.lowlevel.checkpoint()
         try:
             while question_id not in self._answers:
                 if self._listening:
@@ -397,6 +398,7 @@ class PostgresBoard:
         return conn
 
     async def _serve_listener(self, conn: Connection[Any], done: trio.Event) -> None:
+        await trio.lowlevel.checkpoint()
         pgconn = conn.pgconn
         while not done.is_set():
             with trio.move_on_after(self.poll_interval) as idle:

@@ -248,6 +248,7 @@ class SqliteBoard:
                 f"question {question_id!r} is waited for already: wait once per question"
             )
         event = self._waiting[question_id] = trio.Event()
+        await trio.lowlevel.checkpoint()
         try:
             while question_id not in self._answers:
                 if self._polling:
