@@ -40,8 +40,8 @@ from ..store._logtools import (
 )
 from ..store._protocol import StoreError
 from ..store._stage import SessionExistsError
+from ..store._url import StoreUrlError, parse_store_url
 from ._errors import database_error
-from ._store_args import sqlite_file
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -55,8 +55,22 @@ EXIT_OK = 0
 EXIT_BAD_CONTENT = 1
 EXIT_CANNOT_RUN = 2
 
+
 # broker log reads and writes SQLite files (a PostgreSQL URL: issue 22 step 5).
-_STORE = sqlite_file("broker log reads SQLite store files only")
+_READ_ONLY = "the store: a file path, sqlite:///PATH or postgresql://… (read-only)"
+
+
+def _STORE(text: str) -> str:
+    """A store as given: a path, ``sqlite:///PATH`` or ``postgresql://…`` (checked here)."""
+    try:
+        parse_store_url(text)
+    except StoreUrlError as exc:
+        raise argparse.ArgumentTypeError(
+            "expected a file path, sqlite:///PATH or postgresql://…: pass the store the broker "
+            "writes"
+        ) from exc
+    return text
+
 
 DESCRIPTION = """\
 Show, verify, export and import a session log (a SQLite event store).
@@ -86,7 +100,11 @@ def register(sub: _Sub) -> None:
     show = actions.add_parser(
         "show", help="list the sessions, or show one session's events as a timeline"
     )
-    show.add_argument("store", type=_STORE, help="the store file (opened read-only)")
+    show.add_argument(
+        "store",
+        type=_STORE,
+        help=_READ_ONLY,
+    )
     show.add_argument("session", nargs="?", help="the session to show (default: list sessions)")
     show.set_defaults(func=run_show)
 
@@ -95,7 +113,11 @@ def register(sub: _Sub) -> None:
         help="check hash chains, turn and pairing invariants and checkpoints",
         description="Exit 0 with a one-line summary, or 1 naming the first violation.",
     )
-    verify.add_argument("store", type=_STORE, help="the store file (opened read-only)")
+    verify.add_argument(
+        "store",
+        type=_STORE,
+        help=_READ_ONLY,
+    )
     verify.add_argument(
         "--allow-pending",
         action="store_true",
@@ -112,7 +134,11 @@ def register(sub: _Sub) -> None:
             "percent-encoded) plus index.json."
         ),
     )
-    export.add_argument("store", type=_STORE, help="the store file (opened read-only)")
+    export.add_argument(
+        "store",
+        type=_STORE,
+        help=_READ_ONLY,
+    )
     export.add_argument("--session", help="export only this session")
     export.add_argument("--out", help="output file (with --session) or directory (without)")
     export.add_argument(
@@ -129,7 +155,9 @@ def register(sub: _Sub) -> None:
         help="import a JSON-lines file as a new session, in one transaction",
     )
     imp.add_argument(
-        "store", type=_STORE, help="the store file (opened for writing; created if missing)"
+        "store",
+        type=_STORE,
+        help="the store: a file path (created if missing), sqlite:///PATH or postgresql://…",
     )
     imp.add_argument("file", help="the JSON-lines file, one event per line")
     imp.add_argument("--session", help="the new session's id (default: from the file name)")

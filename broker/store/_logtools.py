@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,10 +37,12 @@ from ._checkpoint import (
     decode_state,
     encode_state,
 )
+from ._group_store import GroupStore
 from ._invariants import SessionChecker, Violation
+from ._open import open_store
 from ._protocol import StoreError
+from ._url import PostgresUrl, parse_store_url, redact_dsn
 from .sqlite._reader import open_sqlite_reader
-from .sqlite._store import open_sqlite_store
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -184,34 +188,55 @@ class ImportSummary:
     recovery: RecoveryReport
 
 
-def _unknown_session(path: str, session_id: str) -> LogToolError:
+def _unknown_session(reader: StoreReader, store: str, session_id: str) -> LogToolError:
     return LogToolError(
-        f"session {session_id!r} is not in store file '{path}': run 'broker log show {path}' "
+        f"session {session_id!r} is not in {reader.where}: run 'broker log show {store}' "
         "to list its sessions"
     )
 
 
+def _shown(store: str | os.PathLike[str]) -> str:
+    """*store* as a command line repeats it (a URL without its password)."""
+    text = os.fspath(store)
+    return redact_dsn(text) if isinstance(parse_store_url(text), PostgresUrl) else text
+
+
+@contextmanager
+def open_reader(store: str | os.PathLike[str]) -> Iterator[StoreReader]:
+    """A read-only snapshot of the store *store* names (a path, ``sqlite:///…`` or
+    ``postgresql://…``) for the ``with`` block; nothing is written."""
+    where = parse_store_url(store)
+    if isinstance(where, PostgresUrl):
+        from .postgres._reader import open_postgres_reader  # psycopg only when asked for
+
+        with open_postgres_reader(where.dsn) as postgres:
+            yield postgres
+        return
+    with open_sqlite_reader(where.path) as sqlite:
+        yield sqlite
+
+
 def list_sessions(path: str | os.PathLike[str]) -> list[SessionSummary]:
     """Every session of the store at *path*, in creation order (read-only)."""
-    with open_sqlite_reader(path) as reader:
+    with open_reader(path) as reader:
         return [SessionSummary.of(info) for info in reader.sessions()]
 
 
 def show_session(path: str | os.PathLike[str], session_id: str) -> Timeline:
     """*session_id*'s timeline (read-only). Raises :class:`LogToolError` if it is unknown or a
     row is not a valid event."""
-    with open_sqlite_reader(path) as reader:
+    with open_reader(path) as reader:
         info = reader.session(session_id)
         if info is None:
-            raise _unknown_session(reader.path, session_id)
+            raise _unknown_session(reader, _shown(path), session_id)
         rows: list[tuple[int, int, Event]] = []
         for row in reader.rows(session_id):
             try:
                 rows.append((row.seq, row.ts_ms, decode_event(row.line)))
             except EventDecodeError as exc:
                 raise LogToolError(
-                    f"store file '{reader.path}': session {session_id!r} seq {row.seq} is not a "
-                    f"valid event ({exc}): run 'broker log verify {reader.path}'"
+                    f"{reader.where}: session {session_id!r} seq {row.seq} is not a "
+                    f"valid event ({exc}): run 'broker log verify {_shown(path)}'"
                 ) from exc
     asked: dict[str, tuple[int, int]] = {}
     decided: dict[str, tuple[int, int]] = {}
@@ -328,7 +353,7 @@ def verify_store(path: str | os.PathLike[str], *, allow_pending: bool = False) -
     checkpoint equals a re-fold of the events it covers. *allow_pending* accepts asks without a
     decision (a live store, or a crash tail not yet recovered).
     """
-    with open_sqlite_reader(path) as reader:
+    with open_reader(path) as reader:
         return verify_reader(reader, allow_pending=allow_pending)
 
 
@@ -393,9 +418,9 @@ def session_lines(
 ) -> list[str]:
     """*session_id*'s JSON lines (no newlines), exactly as stored (read-only); with
     *with_time*, each with its commit time in front (:func:`timed_line`)."""
-    with open_sqlite_reader(path) as reader:
+    with open_reader(path) as reader:
         if reader.session(session_id) is None:
-            raise _unknown_session(reader.path, session_id)
+            raise _unknown_session(reader, _shown(path), session_id)
         if with_time:
             return [timed_line(row.line, row.ts_ms) for row in reader.rows(session_id)]
         return [row.line for row in reader.rows(session_id)]
@@ -441,7 +466,7 @@ def export_all(
     files: list[tuple[str, str]] = []
     index: list[dict[str, object]] = []
     total = 0
-    with open_sqlite_reader(path) as reader:
+    with open_reader(path) as reader:
         for info in reader.sessions():
             name = session_file_name(info.session_id)
             lines = [
@@ -465,8 +490,7 @@ def export_all(
                     "headHash": info.head_hash.hex(),
                 }
             )
-        source = reader.path
-    manifest = {"store": source, "sessions": index}
+    manifest = {"store": _shown(path), "sessions": index}
     _write_atomically(out / INDEX_FILE, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return ExportSummary(directory=str(out), files=tuple(files), events=total)
 
@@ -501,16 +525,15 @@ def _check_parent(store_path: str | os.PathLike[str], parent_id: str) -> None:
     """Raise :class:`LogToolError` unless *parent_id* is a session of the store (before any
     write: a child must not point at a session the store does not hold)."""
     hint = "import the parent session first, or leave out --parent"
-    if not os.path.exists(store_path):
+    where = parse_store_url(store_path)
+    if not isinstance(where, PostgresUrl) and not os.path.exists(where.path):
         raise LogToolError(
-            f"parent session {parent_id!r} is not in store file '{os.fspath(store_path)}' "
+            f"parent session {parent_id!r} is not in store file '{where.path}' "
             f"(the file does not exist yet): {hint}"
         )
-    with open_sqlite_reader(store_path) as reader:
+    with open_reader(store_path) as reader:
         if reader.session(parent_id) is None:
-            raise LogToolError(
-                f"parent session {parent_id!r} is not in store file '{reader.path}': {hint}"
-            )
+            raise LogToolError(f"parent session {parent_id!r} is not in {reader.where}: {hint}")
 
 
 async def import_file(
@@ -553,7 +576,8 @@ async def import_file(
     if parent_id is not None:
         _check_parent(store_path, parent_id)
     failure: StoreError | None = None
-    async with open_sqlite_store(store_path) as store:
+    async with open_store(store_path) as store:
+        assert isinstance(store, GroupStore)  # open_store opens the durable stores only
         recovery = store.recovery
         try:
             await store.import_session(target, parent_id, events)
