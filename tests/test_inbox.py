@@ -392,3 +392,42 @@ async def test_the_session_view_reads_an_sqlite_log_and_refuses_what_it_cannot_s
     )
     assert stranger.status == 401
     assert b"shown in the log" not in stranger.body
+
+
+@attrs.define(eq=False)
+class CountingBoard:
+    """A memory board that counts how often the feed reads it."""
+
+    board: MemoryBoard = attrs.field(factory=MemoryBoard)
+    reads: int = 0
+
+    async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
+        self.reads += 1
+        return await self.board.pending(session_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.board, name)
+
+
+async def test_the_feed_reads_the_board_once_an_interval_and_only_while_a_page_listens(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    board = CountingBoard()
+    feed = Feed(board, interval=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(feed.run_poller)
+        await trio.sleep(10)
+        assert board.reads == 0  # nobody listens: nothing runs
+        scope = trio.CancelScope()
+        async with feed.subscribe(scope):
+            assert board.reads == 1  # the page's snapshot is fresh
+            await trio.sleep(1.05)
+            assert board.reads == 11  # one read per interval, however many pages
+            async with feed.subscribe(trio.CancelScope()):  # joins at the next read
+                await trio.sleep(1)
+            assert board.reads == 22  # still one read per interval with two pages
+        await trio.sleep(0.2)  # the poller notices nobody is left
+        after = board.reads
+        await trio.sleep(10)
+        assert board.reads == after
+        nursery.cancel_scope.cancel()
