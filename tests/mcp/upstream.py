@@ -1,0 +1,39 @@
+"""The upstream MCP server of the gate tests: the official Python SDK's ``MCPServer`` on stdio
+with a read tool and a write tool. Every call that reaches a tool is appended to the record
+file (argv[1]) as one JSON line: the tool's name and its arguments as the server decoded them.
+
+    python -m tests.mcp.upstream RECORD_FILE
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+RECORD = pathlib.Path(sys.argv[1])
+server = MCPServer("gate-test-upstream")
+
+
+def _record(tool: str, arguments: dict[str, object]) -> None:
+    with RECORD.open("a", encoding="utf-8") as file:
+        file.write(json.dumps({"tool": tool, "arguments": arguments}, ensure_ascii=False) + "\n")
+
+
+@server.tool(description="Read a note by name.")
+def read_note(name: str) -> str:
+    _record("read_note", {"name": name})
+    return f"contents of {name}"
+
+
+@server.tool(description="Write a note: replaces its text.")
+def write_note(name: str, text: str) -> str:
+    _record("write_note", {"name": name, "text": text})
+    return f"wrote {len(text)} characters to {name}"
+
+
+if __name__ == "__main__":
+    RECORD.touch()
+    server.run("stdio")

@@ -1,0 +1,274 @@
+"""``broker mcp-gate`` between two real peers: the official MCP Python SDK (``mcp`` 2.x) as the
+client, in this process under trio (the SDK runs on anyio), and as the upstream server
+(``tests/mcp/upstream.py``, an ``MCPServer`` with a read tool and a write tool that records
+every call that reaches it), over real stdio: the client starts
+``python -m broker.cli mcp-gate … -- python -m tests.mcp.upstream RECORD``. The client speaks
+its handshake revision (``initialize``)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.context import ClientRequestContext
+
+from broker import Outcome
+from broker.mcp import refusal_text
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TIMEOUT = 60
+
+Elicit = Any  # the SDK's ElicitationFnT: (context, params) -> ElicitResult | ErrorData
+
+
+def upstream_argv(record: pathlib.Path) -> list[str]:
+    return [sys.executable, "-m", "tests.mcp.upstream", str(record)]
+
+
+@asynccontextmanager
+async def connect(
+    argv: Sequence[str], *, elicit: Elicit | None = None
+) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=argv[0], args=list(argv[1:]), cwd=str(ROOT))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=elicit) as session:
+            await session.initialize()
+            yield session
+
+
+@asynccontextmanager
+async def through_gate(
+    tmp_path: pathlib.Path, *gate_args: str, elicit: Elicit | None = None
+) -> AsyncIterator[ClientSession]:
+    argv = [sys.executable, "-m", "broker.cli", "mcp-gate", *gate_args, "--"]
+    async with connect([*argv, *upstream_argv(tmp_path / "record.jsonl")], elicit=elicit) as s:
+        yield s
+
+
+def recorded(tmp_path: pathlib.Path) -> list[dict[str, Any]]:
+    path = tmp_path / "record.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def text_of(result: types.CallToolResult) -> str:
+    (block,) = result.content
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+def broker_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "broker.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        cwd=ROOT,
+    )
+
+
+def audit_pairs(
+    store: pathlib.Path, out: pathlib.Path
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every approval pair of the store's sessions, read back with ``broker log export``."""
+    exported = broker_cli("log", "export", str(store), "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    lines = [
+        json.loads(line) for path in out.glob("*.jsonl") for line in path.read_text().splitlines()
+    ]
+    asked = {e["data"]["id"]: e["data"] for e in lines if e["type"] == "approval/asked"}
+    decided = [e["data"] for e in lines if e["type"] == "approval/decided"]
+    assert sorted(asked) == sorted(d["id"] for d in decided)
+    return [(asked[d["id"]], d) for d in decided]
+
+
+def rules_file(tmp_path: pathlib.Path, text: str) -> str:
+    path = tmp_path / "gate.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def answering(action: str) -> Elicit:
+    async def elicit(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        assert params.message.startswith("MCP tool call: write_note\narguments: {")
+        return types.ElicitResult(action=action)  # type: ignore[arg-type]
+
+    return elicit
+
+
+async def test_tools_list_is_the_servers_own(tmp_path: pathlib.Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with connect(upstream_argv(tmp_path / "direct.jsonl")) as direct:
+            expected = (await direct.list_tools()).model_dump()
+        async with through_gate(tmp_path, "--store", ":memory:") as gated:
+            assert (await gated.list_tools()).model_dump() == expected
+    assert [tool["name"] for tool in expected["tools"]] == ["read_note", "write_note"]
+
+
+async def test_a_denied_call_never_reaches_the_server(tmp_path: pathlib.Path) -> None:
+    store = tmp_path / "log.sqlite"
+    rules = rules_file(tmp_path, 'allow = ["*"]\ndeny = ["write_*"]\n')
+    with trio.fail_after(TIMEOUT):
+        async with through_gate(
+            tmp_path, "--store", str(store), "--rules", rules, elicit=answering("accept")
+        ) as gated:
+            result = await gated.call_tool("write_note", {"name": "a", "text": "x"})
+    assert result.is_error
+    assert text_of(result) == refusal_text("write_note", Outcome.REJECTED)
+    assert recorded(tmp_path) == []
+    ((asked, decided),) = audit_pairs(store, tmp_path / "export")
+    assert asked["toolName"] == "write_note"
+    assert asked["reason"] == 'MCP tool call: write_note {"name":"a","text":"x"}'
+    assert decided["outcome"] == "rejected"
+    assert decided["answeredBy"] == "rules file gate.toml"
+
+
+async def test_an_allowed_call_reaches_the_server_with_its_exact_arguments(
+    tmp_path: pathlib.Path,
+) -> None:
+    rules = rules_file(tmp_path, 'allow = ["read_*"]\n')
+    name = 'é "quoted" \\ \u202e\u0007 🙂\nline'
+    with trio.fail_after(TIMEOUT):
+        async with through_gate(tmp_path, "--store", ":memory:", "--rules", rules) as gated:
+            result = await gated.call_tool("read_note", {"name": name})
+    assert not result.is_error
+    assert text_of(result) == f"contents of {name}"
+    assert recorded(tmp_path) == [{"tool": "read_note", "arguments": {"name": name}}]
+
+
+@pytest.mark.parametrize(
+    ("action", "outcome"),
+    [("accept", "allowed-once"), ("decline", "rejected"), ("cancel", "cancelled")],
+)
+async def test_the_clients_user_answers_by_elicitation(
+    tmp_path: pathlib.Path, action: str, outcome: str
+) -> None:
+    store = tmp_path / "log.sqlite"
+    with trio.fail_after(TIMEOUT):
+        async with through_gate(
+            tmp_path, "--store", str(store), "--no-remote-answers", elicit=answering(action)
+        ) as gated:
+            result = await gated.call_tool("write_note", {"name": "a", "text": "x"})
+    if outcome == "allowed-once":
+        assert not result.is_error
+        assert recorded(tmp_path) == [
+            {"tool": "write_note", "arguments": {"name": "a", "text": "x"}}
+        ]
+    else:
+        assert result.is_error
+        assert text_of(result) == refusal_text("write_note", Outcome(outcome))
+        assert recorded(tmp_path) == []
+    ((_, decided),) = audit_pairs(store, tmp_path / "export")
+    assert decided["outcome"] == outcome
+    assert decided["answeredBy"] == "the MCP client's user (elicitation)"
+
+
+async def test_no_answerer_means_unavailable_and_nothing_runs(tmp_path: pathlib.Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with through_gate(tmp_path, "--store", ":memory:") as gated:
+            result = await gated.call_tool("write_note", {"name": "a", "text": "x"})
+            # The connection goes on: the next call is gated the same way.
+            again = await gated.call_tool("read_note", {"name": "a"})
+    assert text_of(result) == refusal_text("write_note", Outcome.UNAVAILABLE)
+    assert text_of(again) == refusal_text("read_note", Outcome.UNAVAILABLE)
+    assert recorded(tmp_path) == []
+
+
+async def wait_pending(store: pathlib.Path) -> dict[str, Any]:
+    while True:
+        listed = await trio.run_process(
+            [sys.executable, "-m", "broker.cli", "pending", str(store), "--json"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        if listed.returncode == 0:
+            rows: list[dict[str, Any]] = json.loads(listed.stdout)
+            if rows:
+                (row,) = rows
+                return row
+        await trio.sleep(0.1)
+
+
+async def test_a_call_answered_from_another_terminal(tmp_path: pathlib.Path) -> None:
+    store = tmp_path / "log.sqlite"
+    results: list[types.CallToolResult] = []
+    with trio.fail_after(TIMEOUT):
+        async with through_gate(tmp_path, "--store", str(store)) as gated:
+            async with trio.open_nursery() as nursery:
+
+                async def call() -> None:
+                    results.append(await gated.call_tool("write_note", {"name": "n", "text": "t"}))
+
+                nursery.start_soon(call)
+                row = await wait_pending(store)
+                assert row["tool"] == "write_note"
+                assert row["displayReason"] == (
+                    'MCP tool call: write_note\narguments: {"name":"n","text":"t"}'
+                )
+                assert recorded(tmp_path) == []  # held while it waits
+                answered = await trio.run_process(
+                    [
+                        sys.executable,
+                        "-m",
+                        "broker.cli",
+                        "answer",
+                        str(store),
+                        row["id"],
+                        "allow",
+                        "--by",
+                        "alice",
+                    ],
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
+                assert answered.returncode == 0, answered.stderr
+    (result,) = results
+    assert not result.is_error
+    assert recorded(tmp_path) == [{"tool": "write_note", "arguments": {"name": "n", "text": "t"}}]
+    ((asked, decided),) = audit_pairs(store, tmp_path / "export")
+    assert decided == {**decided, "outcome": "allowed-once", "answeredBy": "alice"}
+    assert asked["id"] == row["id"]
+    shown = broker_cli("log", "show", str(store))
+    assert shown.returncode == 0, shown.stderr
+
+
+async def test_the_client_cancelling_a_waiting_call_withdraws_the_question(
+    tmp_path: pathlib.Path,
+) -> None:
+    store = tmp_path / "log.sqlite"
+    with trio.fail_after(TIMEOUT):
+        async with through_gate(tmp_path, "--store", str(store)) as gated:
+            with trio.move_on_after(30) as waiting:
+                async with trio.open_nursery() as nursery:
+
+                    async def call() -> None:
+                        await gated.call_tool("write_note", {"name": "n", "text": "t"})
+
+                    nursery.start_soon(call)
+                    await wait_pending(store)
+                    nursery.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+            assert not waiting.cancelled_caught
+            # The question leaves the board once the gate settles it.
+            while True:
+                listed = broker_cli("pending", str(store), "--json")
+                if listed.stdout == "[]\n":
+                    break
+                await trio.sleep(0.1)
+    assert recorded(tmp_path) == []
+    ((_, decided),) = audit_pairs(store, tmp_path / "export")
+    assert decided["outcome"] == "cancelled"
