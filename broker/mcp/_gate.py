@@ -89,6 +89,8 @@ MAX_HELD: Final = 64
 MAX_OUTSTANDING: Final = 1024
 #: Lines queued for one side before the reader of the other side waits (backpressure).
 OUTBOX: Final = 64
+#: Seconds the writers get to hand over what is queued once the connection ended.
+DRAIN_GRACE: Final = 2.0
 #: How much of the arguments ``approval/asked`` records in its reason.
 REASON_ARGUMENTS: Final = 400
 #: Every id of the gate's own requests starts so; a server request using it is refused.
@@ -198,7 +200,14 @@ class _Relay:
         self.to_upstream, self._upstream_rx = trio.open_memory_channel[bytes](OUTBOX)
 
     async def run(self) -> None:
-        """Relay until either side closes its stream (module doc, shutdown)."""
+        """Relay until either side closes its stream (module doc, shutdown).
+
+        Teardown order: stop reading both sides → withdraw held calls (each settles
+        ``cancelled``; what the gate still says to the client is sent only if its outbox has
+        room) → answer the server's unanswered requests with errors if it is gone → close
+        both outboxes → let the writers drain them, bounded by :data:`DRAIN_GRACE` (a peer
+        that stopped reading cannot hold the gate open) → close both output streams.
+        """
         async with trio.open_nursery() as io:
             io.start_soon(_write, self.client_out, self._client_rx, "client")
             io.start_soon(_write, self.upstream_out, self._upstream_rx, "server")
@@ -213,14 +222,33 @@ class _Relay:
                         held.signal.abort("the MCP connection ended")
                 if self.upstream_gone:
                     for request_id in self.upstream_pending.values():
-                        await self.to_client.send(
+                        self.send_nowait(
+                            self.to_client,
                             error_response(
                                 request_id,
                                 _SERVER_ERROR,
                                 "the MCP server exited before answering: see its standard error",
-                            )
+                            ),
                         )
                     self.upstream_pending.clear()
+            io.cancel_scope.deadline = trio.current_time() + DRAIN_GRACE
+
+    @staticmethod
+    def send_nowait(channel: trio.MemorySendChannel[bytes], line: bytes) -> None:
+        """Queue *line* if there is room; during teardown a peer that stopped reading loses
+        what it would not read, and the gate does not wait for it."""
+        try:
+            channel.send_nowait(line)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            log.info("dropped a line for a peer that is not reading (teardown)")
+
+    async def _send(self, channel: trio.MemorySendChannel[bytes], line: bytes) -> None:
+        # While serving, backpressure; while closing, never wait on a peer (teardown order).
+        if self.closing:
+            self.send_nowait(channel, line)
+            await trio.lowlevel.checkpoint()
+        else:
+            await channel.send(line)
 
     # -- the client's side -----------------------------------------------------------------
 
@@ -433,9 +461,9 @@ class _Relay:
         del self.held[key]
         if outcome is Outcome.ALLOWED_ONCE:
             self.upstream_pending[key] = request_id
-            await self.to_upstream.send(held.line)
+            await self._send(self.to_upstream, held.line)
         elif not held.withdrawn_by_client:
-            await self.to_client.send(_refusal(request_id, held.name, outcome))
+            await self._send(self.to_client, _refusal(request_id, held.name, outcome))
         else:
             await trio.lowlevel.checkpoint()
 
@@ -600,16 +628,19 @@ async def _write(
     """Write each line to *stream* until the channel closes, then close *stream*. A broken
     stream is logged and what follows is discarded (so senders never block on a dead peer)."""
     broken = False
-    async with lines:
-        async for line in lines:
-            if broken:
-                continue
-            try:
-                await stream.send_all(line)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                log.info("the %s's stream broke; discarding what is sent to it", who)
-                broken = True
-    await stream.aclose()
+    try:
+        async with lines:
+            async for line in lines:
+                if broken:
+                    continue
+                try:
+                    await stream.send_all(line)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    log.info("the %s's stream broke; discarding what is sent to it", who)
+                    broken = True
+    finally:
+        # trio closes the stream even when this is cancelled (the drain deadline).
+        await stream.aclose()
 
 
 def waterfall(relay: _Relay, rules: GateRules, remote: AnswerFn | None) -> AnswerFn:
