@@ -499,3 +499,20 @@ async def test_a_prompt_cancelled_mid_question_forgets_its_tool_calls(
             assert client.agent.sessions[sid].prompt_signal is None  # the handler has ended
             assert running == {}
             assert client.agent.sessions[sid].session.is_open
+    # The client is told the call ended failed, in the words a later session/load replays.
+    last = client.updates[-1]["update"]
+    assert last == {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": "call_escalate",
+        "status": "failed",
+        "content": [
+            {
+                "type": "content",
+                "content": {
+                    "type": "text",
+                    "text": "not finished: the turn ended (cancelled) before this tool call "
+                    "produced a result",
+                },
+            }
+        ],
+    }

@@ -32,6 +32,7 @@ from .._errors import ResumeError
 from .._events import Event
 from .._first_answer import first_answer
 from .._signal import AbortSignal
+from ..agent._history import unfinished_text
 from ..agent._loop import LoopObserver, StopReason
 from ..store._protocol import SessionOwnedError
 from ..tools._call import ToolCall as RuntimeToolCall
@@ -75,6 +76,9 @@ if TYPE_CHECKING:
 __all__ = ["AcpAgent", "serve_acp"]
 
 log = logging.getLogger("broker.acp")
+
+#: How long a cancelled prompt may spend telling the client its unfinished calls failed.
+_UNFINISHED_GRACE = 1.0
 
 _STOP = {
     StopReason.END_TURN: WireStopReason.END_TURN,
@@ -128,6 +132,10 @@ class _Updates(LoopObserver):
         # Before any gate or approval: the answerer finds the call here while it asks.
         self.calls[call.id] = call
         await self._send(tool_call_started(call))
+
+    async def on_unfinished(self, call_id: str, turn_end: str) -> None:
+        """Tell the client that *call_id* ended without a result (its turn ended *turn_end*)."""
+        await self._send(tool_call_finished(call_id, unfinished_text(turn_end), True))
 
     async def on_tool_result(self, call: RuntimeToolCall, result: ToolResult) -> None:
         self.calls.pop(call.id, None)
@@ -306,8 +314,15 @@ class AcpAgent:
         finally:
             acp.prompt_signal = None
             # A prompt cancelled mid-call (the client's $/cancel_request) never reports the
-            # call's result; no question about it can come after its prompt.
+            # call's result; no question about it can come after its prompt. The client is told
+            # the call ended failed, in the words its replay will use (shielded, bounded).
+            unfinished = list(acp.calls)
             acp.calls.clear()
+            updates = acp.loop.observer
+            if unfinished and isinstance(updates, _Updates):
+                with trio.CancelScope(shield=True), trio.move_on_after(_UNFINISHED_GRACE):
+                    for call_id in unfinished:
+                        await updates.on_unfinished(call_id, "cancelled")
         return to_wire(PromptResponse(stop_reason=_STOP[result.stop_reason]))
 
     def _cancel(self, params: Any) -> None:
