@@ -354,7 +354,7 @@ async def test_elicitation_answers_map_to_outcomes(action: str, outcome: Outcome
         await wire.client.write(call(7, "write_note", {"name": "a\u202eb", "text": "x"}))
         elicitation = await wire.client.message()
         message = elicitation["params"]["message"]
-        assert message.startswith('MCP tool call: write_note\narguments: {"name":"a\\u202eb"')
+        assert message.startswith('MCP tool call: write_note, arguments: {"name":"a\\u202eb"')
         assert elicitation["params"]["requestedSchema"] == {"type": "object", "properties": {}}
         await wire.client.write(
             {"jsonrpc": "2.0", "id": elicitation["id"], "result": {"action": action}}

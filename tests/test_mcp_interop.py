@@ -103,7 +103,7 @@ def answering(action: str) -> Elicit:
         context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult:
         assert isinstance(params, types.ElicitRequestFormParams)
-        assert params.message.startswith("MCP tool call: write_note\narguments: {")
+        assert params.message.startswith("MCP tool call: write_note, arguments: {")
         return types.ElicitResult(action=action)  # type: ignore[arg-type]
 
     return elicit
@@ -217,7 +217,7 @@ async def test_a_call_answered_from_another_terminal(tmp_path: pathlib.Path) -> 
                 row = await wait_pending(store)
                 assert row["tool"] == "write_note"
                 assert row["displayReason"] == (
-                    'MCP tool call: write_note\narguments: {"name":"n","text":"t"}'
+                    'MCP tool call: write_note, arguments: {"name":"n","text":"t"}'
                 )
                 assert recorded(tmp_path) == []  # held while it waits
                 answered = await trio.run_process(

@@ -447,7 +447,7 @@ class _Relay:
             tool_name=held.name,
             call_id=request_id if isinstance(request_id, str) else str(request_id),
             reason=f"MCP tool call: {held.name} {cut}",
-            display_reason=f"MCP tool call: {held.name}\narguments: {arguments}",
+            display_reason=f"MCP tool call: {held.name}, arguments: {arguments}",
             signal=held.signal,
         )
         try:
@@ -587,7 +587,7 @@ class _Relay:
 
 
 def _elicitation_message(req: ApprovalRequest) -> str:
-    shown = printable(req.display_reason or req.reason or req.tool_name, keep_newlines=True)
+    shown = printable(req.display_reason or req.reason or req.tool_name)
     return (
         f"{shown}\n\nAllow this tool call once? Accept runs it once; decline refuses it; "
         "cancel withdraws the question (it is not run)."
