@@ -61,6 +61,8 @@ from .store._boards import answer_board as answer_board
 from .store._memory import MemoryStore as MemoryStore
 from .store._memory_board import MemoryBoard as MemoryBoard
 from .store._protocol import EventStore as EventStore
+from .store._protocol import SessionFencedError as SessionFencedError
+from .store._protocol import SessionOwnedError as SessionOwnedError
 from .store._protocol import SessionRecord as SessionRecord
 from .store._protocol import StoreError as StoreError
 
@@ -104,6 +106,8 @@ __all__ = [
     "Session",
     "SessionClosedError",
     "SessionCrashedError",
+    "SessionFencedError",
+    "SessionOwnedError",
     "SessionRecord",
     "StoreError",
     "ToolCalled",

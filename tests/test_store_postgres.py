@@ -32,7 +32,13 @@ from broker import (
     open_broker,
 )
 from broker._projection import fold_all
-from broker.store import StoreLockedError, StoreOpenError, open_sqlite_reader, open_sqlite_store
+from broker.store import (
+    SessionOwnedError,
+    StoreLockedError,
+    StoreOpenError,
+    open_sqlite_reader,
+    open_sqlite_store,
+)
 from broker.store._checkpoint import PROJECTION_FINGERPRINT, decode_state
 from broker.store._logtools import VerifyError, verify_reader
 from broker.store.postgres import open_postgres_store
@@ -71,7 +77,7 @@ async def test_an_empty_database_gets_the_schema_once(postgres_dsn: str) -> None
             assert store.recovery.clean
             await store.append("s", [ApprovalGrant(tool_name="edit")])
         assert _sql(postgres_dsn, "SELECT application, version FROM broker.store_info") == [
-            ("broker-event-store", 1)
+            ("broker-event-store", 2)
         ]
         async with open_postgres_store(postgres_dsn) as store:  # the second open checks it
             assert await store.read("s") == [ApprovalGrant(tool_name="edit")]
@@ -122,31 +128,33 @@ async def test_a_newer_schema_is_refused_and_left_alone(postgres_dsn: str) -> No
     with trio.fail_after(20):
         async with open_postgres_store(postgres_dsn) as store:
             await store.append("s", [TurnStart(turn=1)])
-        _sql(postgres_dsn, "UPDATE broker.store_info SET version = 2")
+        _sql(postgres_dsn, "UPDATE broker.store_info SET version = 3")
         before = _catalog(postgres_dsn), _sql(postgres_dsn, "SELECT * FROM broker.events")
         with pytest.raises(
             StoreOpenError,
-            match=rf"^{_where(postgres_dsn)} has schema version 2, newer than this broker "
-            r"supports \(1\): upgrade broker to open it$",
+            match=rf"^{_where(postgres_dsn)} has schema version 3, newer than this broker "
+            r"supports \(2\): upgrade broker to open it$",
         ):
             async with open_postgres_store(postgres_dsn):
                 pytest.fail("opened")  # pragma: no cover
     assert (_catalog(postgres_dsn), _sql(postgres_dsn, "SELECT * FROM broker.events")) == before
 
 
-async def test_a_log_cut_behind_the_stores_back_is_refused_at_open(postgres_dsn: str) -> None:
+async def test_a_log_cut_behind_the_stores_back_is_refused_at_claim(postgres_dsn: str) -> None:
     grants = [ApprovalGrant(tool_name="a"), ApprovalGrant(tool_name="b")]
     with trio.fail_after(20):
         async with open_postgres_store(postgres_dsn, checkpoint_every=0) as store:
             await store.append("s", grants)
         _sql(postgres_dsn, "DELETE FROM broker.events WHERE seq = 2")
-        with pytest.raises(
-            StoreOpenError,
-            match=rf"^{_where(postgres_dsn)} is damaged: session 's' ends at seq 1 but its "
-            r"recorded head is seq 2; restore the database from a backup$",
-        ):
-            async with open_postgres_store(postgres_dsn):
-                pytest.fail("opened")  # pragma: no cover
+        async with open_postgres_store(postgres_dsn) as store:
+            with pytest.raises(
+                StoreOpenError,
+                match=rf"^{_where(postgres_dsn)} is damaged: session 's' ends at seq 1 but its "
+                r"recorded head is seq 2; restore the database from a backup$",
+            ):
+                await store.claim("s")
+        # Not taken: the lease was left as it was.
+        assert _sql(postgres_dsn, "SELECT owner, epoch FROM broker.sessions") == [(None, 1)]
     with open_postgres_reader(postgres_dsn) as reader, pytest.raises(VerifyError, match="chain"):
         verify_reader(reader)
 
@@ -159,7 +167,7 @@ async def test_an_older_schema_version_is_refused(postgres_dsn: str) -> None:
         with pytest.raises(
             StoreOpenError,
             match=rf"^{_where(postgres_dsn)} has unsupported schema version 0 \(this broker "
-            r"reads version 1\): restore it from a backup$",
+            r"reads versions 1 to 2\): restore it from a backup$",
         ):
             async with open_postgres_store(postgres_dsn):
                 pytest.fail("opened")  # pragma: no cover
@@ -216,21 +224,42 @@ def test_a_reader_refuses_a_database_without_the_schema(postgres_dsn: str) -> No
     assert _sql(postgres_dsn, "SELECT 1 FROM pg_namespace WHERE nspname = 'broker'") == []
 
 
-async def test_a_second_writer_is_refused_while_the_first_is_open(postgres_dsn: str) -> None:
-    with trio.fail_after(20):
-        async with open_postgres_store(postgres_dsn) as store:
-            await store.append("s", [TurnStart(turn=1)])
+async def test_a_broker_that_writes_the_store_alone_keeps_others_out(postgres_dsn: str) -> None:
+    """A broker of schema version 1 held this advisory lock alone (one writer per store):
+    brokers with leases never write beside it."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as older:
+        older.execute("SELECT pg_advisory_lock(hashtext('broker-writer:broker'))")
+        with trio.fail_after(20):
             with pytest.raises(
                 StoreLockedError,
-                match=rf"^{_where(postgres_dsn)} is locked by another writer \(advisory lock "
-                r"'broker-writer:broker'\): close the other broker process, or wait for it to "
-                r"end$",
+                match=rf"^{_where(postgres_dsn)} is locked by a broker that writes it alone "
+                r"\(advisory lock 'broker-writer:broker', an older broker\): stop that process, "
+                r"or upgrade it$",
             ):
                 async with open_postgres_store(postgres_dsn):
                     pytest.fail("opened")  # pragma: no cover
-            await store.append("s", [TurnEnd(turn=1, reason=TurnEndReason(kind="done"))])
-        async with open_postgres_store(postgres_dsn) as store:  # released with the first
-            assert len(await store.read("s")) == 2
+
+
+async def test_a_version_1_store_is_migrated_and_keeps_its_logs(postgres_dsn: str) -> None:
+    grants = [ApprovalGrant(tool_name="a"), ApprovalGrant(tool_name="b")]
+    with trio.fail_after(20):
+        async with open_postgres_store(postgres_dsn) as store:
+            await store.append("s", grants)
+        # What a broker of schema version 1 left: no lease columns.
+        _sql(
+            postgres_dsn,
+            "ALTER TABLE broker.sessions DROP COLUMN owner, DROP COLUMN epoch, "
+            "DROP COLUMN lease_expires_ms",
+        )
+        _sql(postgres_dsn, "UPDATE broker.store_info SET version = 1")
+        with open_postgres_reader(postgres_dsn) as reader:  # a reader reads it as it is
+            assert verify_reader(reader).sessions == 1
+        assert _sql(postgres_dsn, "SELECT version FROM broker.store_info") == [(1,)]
+        async with open_postgres_store(postgres_dsn) as store:
+            assert (await store.claim("s")).state == fold_all(grants)
+            assert await store.read("s") == grants
+        assert _sql(postgres_dsn, "SELECT version FROM broker.store_info") == [(2,)]
+        assert _sql(postgres_dsn, "SELECT owner, epoch FROM broker.sessions") == [(None, 1)]
 
 
 async def test_schemas_of_one_database_are_separate_stores(postgres_dsn: str) -> None:
@@ -323,6 +352,7 @@ async def test_ids_and_lines_with_copys_special_characters_are_stored_exactly(
             await store.append(odd, events)
             assert await store.read(odd) == events
         async with open_postgres_store(postgres_dsn) as store:
+            await store.claim(odd)  # closes the tail the first store left open
             assert await store.read(odd) == [
                 *events,
                 ApprovalDecided(id="q\\1\t", outcome=Outcome.CANCELLED, recovered=True),
@@ -350,7 +380,7 @@ async def test_checkpoints_are_written_with_the_rows_and_at_close(postgres_dsn: 
         stored = _sql(postgres_dsn, "SELECT seq, state FROM broker.checkpoints")
         assert [(seq, decode_state(state)) for seq, state in stored] == [(5, fold_all(grants))]
         async with open_postgres_store(postgres_dsn) as store:
-            assert (await store.head("s")).state == fold_all(grants)
+            assert (await store.claim("s")).state == fold_all(grants)
     with open_postgres_reader(postgres_dsn) as reader:
         assert verify_reader(reader).checkpoints == 1
 
@@ -359,17 +389,21 @@ async def test_checkpoints_are_written_with_the_rows_and_at_close(postgres_dsn: 
 
 
 @pytest.mark.slow
-def test_kill_9_mid_question_is_recovered_at_the_next_open(postgres_dsn: str) -> None:
+def test_kill_9_mid_question_is_recovered_at_the_next_claim(postgres_dsn: str) -> None:
     script = textwrap.dedent(
         """
         import sys, trio
         from broker import ApprovalRequest, open_broker
+        from broker.store.postgres import open_postgres_store
 
         async def hang(req, next_):
             await trio.sleep_forever()
 
         async def main(dsn):
-            async with open_broker(store=dsn) as broker:
+            async with (
+                open_postgres_store(dsn, lease_ttl=1.0) as store,
+                open_broker(store=store) as broker,
+            ):
                 session = await broker.start_session()
                 await broker.grant(session, "edit")
                 async with broker.answerer(hang), session.turn():
@@ -404,7 +438,13 @@ def test_kill_9_mid_question_is_recovered_at_the_next_open(postgres_dsn: str) ->
 async def _resume_after_kill(dsn: str, session_id: str) -> None:
     with trio.fail_after(30):
         async with open_broker(store=dsn) as broker:
-            session = await broker.start_session(resume=session_id)
+            while True:  # the killed owner's lease (1 s) expires first
+                try:
+                    session = await broker.start_session(resume=session_id)
+                except SessionOwnedError:
+                    await trio.sleep(0.1)
+                else:
+                    break
             assert not session.state.turn_open
             assert not session.state.pending
             assert session.state.grants == frozenset({"edit"})
@@ -414,7 +454,7 @@ async def _resume_after_kill(dsn: str, session_id: str) -> None:
                 assert await broker.request(edit) is Outcome.ALLOWED_ONCE
         async with open_postgres_store(dsn) as store:
             events = await store.read(session_id)
-            assert store.recovery.clean  # closed once, by the first open after the kill
+            assert store.recovery.clean  # closed once, by the first claim after the kill
     recovered = [e for e in events if isinstance(e, ApprovalDecided) and e.recovered]
     assert [d.outcome for d in recovered] == [Outcome.CANCELLED]
     assert TurnEnd(turn=1, reason=TurnEndReason(kind="interrupted")) in events

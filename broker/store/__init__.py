@@ -10,6 +10,8 @@ store adds its SQL and connection in its own folder: :mod:`broker.store.sqlite`,
 from ._memory import MemoryStore as MemoryStore
 from ._open import open_store as open_store
 from ._protocol import EventStore as EventStore
+from ._protocol import SessionFencedError as SessionFencedError
+from ._protocol import SessionOwnedError as SessionOwnedError
 from ._protocol import StoreError as StoreError
 from ._protocol import StoreLockedError as StoreLockedError
 from ._protocol import StoreOpenError as StoreOpenError
@@ -27,6 +29,8 @@ __all__ = [
     "MemoryStore",
     "RecoveredSession",
     "RecoveryReport",
+    "SessionFencedError",
+    "SessionOwnedError",
     "SqliteStore",
     "StoreError",
     "StoreLockedError",

@@ -8,7 +8,7 @@ worker thread (:mod:`broker.store._worker_thread`), which owns the connection.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ._protocol import SessionRecord, StoreError
@@ -58,10 +58,36 @@ class Backend(Protocol):
         on). Anything else from :meth:`write` is a bug and breaks the writer."""
         ...
 
+    @property
+    def lease_ttl(self) -> float | None:
+        """How long a session's lease lasts, in seconds, in a store several processes write
+        (the writer renews them every third of it); None for a store with one writer, whose
+        :meth:`open` loads and recovers every session."""
+        ...
+
     def open(self) -> dict[str, SessionHead]:
         """(worker thread) Connect, check the schema (creating it in an empty store) and
-        return every session's committed head, in creation order. Raises
-        :class:`~broker.store.StoreOpenError` with nothing changed; releases what it took."""
+        return the committed heads the writer starts from, in creation order: every session's
+        in a store with one writer, none in a shared one (a session is loaded by
+        :meth:`claim`). Raises :class:`~broker.store.StoreOpenError` with nothing changed;
+        releases what it took."""
+        ...
+
+    def claim(self, session_id: str, known: SessionHead | None) -> SessionHead | None:
+        """(worker thread) Become the writer of *session_id* and return its committed head
+        (*known*: the head this writer has), None when the store does not hold it. A shared
+        store takes the session's lease here (epoch + 1) or raises
+        :class:`~broker.store.SessionOwnedError` while another process holds a live one."""
+        ...
+
+    def release(self, session_id: str) -> None:
+        """(worker thread) Give *session_id*'s lease back (nothing for a store with one
+        writer)."""
+        ...
+
+    def renew(self) -> dict[str, StoreError]:
+        """(worker thread) Renew the leases of the sessions this process owns; returns those
+        found taken over by another process, each with the error its writes now get."""
         ...
 
     def prepare(self, plan: Plan) -> object:
@@ -69,10 +95,13 @@ class Backend(Protocol):
         holds the GIL briefly); ``None`` if nothing."""
         ...
 
-    def write(self, plan: Plan, prepared: object) -> None:
+    def write(self, plan: Plan, prepared: object) -> Mapping[str, StoreError]:
         """(worker thread) Write *plan* as ONE transaction, durable when this returns.
 
-        Raise ``plan.fault`` in place of COMMIT (rolled back), or after it when
+        Returns the sessions of *plan* this process no longer owns (a shared store checks
+        each session's lease epoch in the same transaction), each with its
+        :class:`~broker.store.SessionFencedError`: nothing of theirs was written, everything
+        else was. Raise ``plan.fault`` in place of COMMIT (rolled back), or after it when
         ``plan.fault_landed``. Any error rolls back; a failed rollback closes the connection
         and raises :class:`ConnectionLost`."""
         ...

@@ -22,11 +22,13 @@ from .._events import Event
 from ._protocol import Durability, SessionRecord, StoreError, StoreHead
 from ._requests import (
     AppendRequest,
+    ClaimRequest,
     CreateRequest,
     HeadRequest,
     ImportRequest,
     LookupRequest,
     ReadRequest,
+    ReleaseRequest,
 )
 
 if TYPE_CHECKING:
@@ -169,20 +171,35 @@ class GroupStore:
         return request.head
 
     async def claim(self, session_id: str) -> StoreHead:
-        """The head of *session_id* to resume it: one process writes the store (SQLite: its
-        lock), and recovery ran at open, so there is nothing to take over. Raises
-        :class:`StoreError` for a session the store does not hold. Cancellation: safe; nothing
-        is changed."""
+        """The head of *session_id* to resume it, once every write queued before is settled.
+
+        A store with one writer (SQLite: its lock) recovered every session at open: there is
+        nothing to take over. A shared one (PostgreSQL) takes the session's lease (epoch + 1)
+        — :class:`~broker.store.SessionOwnedError` while another process holds a live one —
+        loads its head and closes its crash tail (see :attr:`recovery`). Raises
+        :class:`StoreError` for a session the store does not hold.
+
+        Cancellation: once queued, the claim (and its recovery) may still be carried out.
+        """
         self._check_open()
-        if not self._writer.has_session(session_id):
-            await trio.lowlevel.checkpoint()
-            raise StoreError(f"{self.where} holds no session {session_id!r}")
-        return await self.head(session_id)
+        request = ClaimRequest(session_id=session_id)
+        await self._writer.call(request)
+        return request.head
 
     async def release(self, session_id: str) -> None:
-        """Nothing to release: the writer's hold is on the store, not the session.
-        Cancellation: safe."""
-        await trio.lowlevel.checkpoint()
+        """Its owner closed *session_id*: a shared store gives its lease back once the writes
+        queued before are settled; a store with one writer has nothing to release. Never raises
+        a :class:`StoreError` (a lease left behind just expires).
+
+        Cancellation: safe; a release already queued may still be carried out.
+        """
+        if self._closed or self._writer.backend.lease_ttl is None:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            await self._writer.call(ReleaseRequest(session_id=session_id))
+        except StoreError:
+            await trio.lowlevel.checkpoint()
 
     async def import_session(
         self, session_id: str, parent_id: str | None, events: Sequence[Event]
@@ -205,7 +222,8 @@ class GroupStore:
         changed.
         """
         self._check_open()
-        if not self._writer.has_session(session_id):
+        if self._writer.backend.lease_ttl is None and not self._writer.has_session(session_id):
+            # One writer: it knows every session. A shared store asks the database.
             await trio.lowlevel.checkpoint()
             return None
         request = LookupRequest(session_id=session_id)
@@ -233,7 +251,9 @@ class GroupStore:
         return request.events
 
     def session_ids(self) -> list[str]:
-        """Every session id, in creation order (sync; from the writer's memory)."""
+        """Every session id this writer holds, in creation order (sync; from the writer's
+        memory): all of them in a store with one writer, those created or claimed here in a
+        shared one."""
         return self._writer.session_ids()
 
     async def aclose(self) -> None:
@@ -278,9 +298,19 @@ async def running(store: S, name: str) -> AsyncIterator[S]:
     with collapse_single():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store._writer.run, name=name)
+            # A shared store's leases are renewed by a task of the store's own.
+            renewing = trio.CancelScope()
+            if store._writer.backend.lease_ttl is not None:
+                nursery.start_soon(_renew_leases, store._writer, renewing, name=f"{name} leases")
             try:
                 yield store
             finally:
+                renewing.cancel(reason="the store is closing")
                 # Invariant: the writer ends only when its inbox is closed: close it on every
                 # path.
                 await store.aclose()
+
+
+async def _renew_leases(writer: GroupWriter, scope: trio.CancelScope) -> None:
+    with scope:
+        await writer.renew_leases()

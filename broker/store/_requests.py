@@ -21,11 +21,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AppendRequest",
+    "ClaimRequest",
     "CreateRequest",
     "HeadRequest",
     "ImportRequest",
     "LookupRequest",
     "ReadRequest",
+    "ReleaseRequest",
+    "RenewRequest",
     "Request",
     "wall_clock_ms",
 ]
@@ -95,3 +98,21 @@ class LookupRequest(Request):
     """Read a session's record; the result (None: not held) is left in ``record``."""
 
     record: SessionRecord | None = attrs.field(default=None, init=False)
+
+
+@attrs.define(eq=False, kw_only=True)
+class ClaimRequest(Request):
+    """Take a session over (resume): its lease in a shared store, its crash tail closed; the
+    head it is resumed from is left in ``head``."""
+
+    head: StoreHead = attrs.field(factory=StoreHead, init=False)
+
+
+@attrs.define(eq=False, kw_only=True)
+class ReleaseRequest(Request):
+    """Give a session's lease back once every write queued before it is settled."""
+
+
+@attrs.define(eq=False, kw_only=True)
+class RenewRequest(Request):
+    """Renew the leases of every session this process owns (``session_id`` is unused)."""

@@ -42,7 +42,7 @@ in the actor itself fails its group and everything queued, then propagates to th
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -58,9 +58,12 @@ from ._protocol import StoreError, StoreHead, StoreOpenError
 from ._recovery import RecoveredSession, RecoveryReport, recovery_events
 from ._requests import (
     AppendRequest,
+    ClaimRequest,
     HeadRequest,
     LookupRequest,
     ReadRequest,
+    ReleaseRequest,
+    RenewRequest,
     Request,
     wall_clock_ms,
 )
@@ -77,6 +80,15 @@ __all__ = ["GroupWriter"]
 _SPLIT_MIN = 64
 # Hand a job over to the worker (WorkerThread.submit) when the last group woke this many callers.
 _HANDOFF_MIN = 8
+# What the actor answers after the writes of its group, not as a write.
+_NOT_WRITES = (
+    ReadRequest,
+    HeadRequest,
+    LookupRequest,
+    ClaimRequest,
+    ReleaseRequest,
+    RenewRequest,
+)
 
 
 @attrs.define(eq=False)
@@ -128,6 +140,11 @@ class GroupWriter:
     # next seq is unknown (submissions are queued unchecked; staging refuses those that do not
     # follow the log) until their head is re-read (a HeadRequest answered after the failure).
     _adrift: set[str] = attrs.field(factory=set, init=False)
+    # Sessions another process took over (a shared store fenced a write of theirs, or found
+    # their lease taken at renewal), with the error every later submission of theirs gets at
+    # once. A claim in this process takes one back.
+    _fenced: dict[str, StoreError] = attrs.field(factory=dict, init=False)
+    _inbox_closed: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[Request](self.inbox_size)
@@ -171,7 +188,13 @@ class GroupWriter:
         """Queue *request* without waiting (the session's submit). Raises :class:`StoreError`
         when the writer is closed or its inbox is full (check :attr:`congested` first). A
         submission that does not follow what was handed over for its session is refused at
-        once: *request* comes back failed and nothing is queued."""
+        once: *request* comes back failed and nothing is queued; so is one of a session another
+        process took over (:class:`~broker.store.SessionFencedError`)."""
+        if self._fenced:
+            fenced = self._fenced.get(request.session_id)
+            if fenced is not None:
+                request.fail(fenced)
+                return
         expected = self._expected_seq(request.session_id)
         if expected is not None and request.seq is not None and request.seq != expected:
             request.fail(out_of_sequence(self.backend.location, request, expected))
@@ -245,6 +268,7 @@ class GroupWriter:
 
     def close_inbox(self) -> None:
         """Accept no more requests; the actor finishes the queued ones, then closes (sync)."""
+        self._inbox_closed = True
         self._send.close()
 
     async def wait_closed(self) -> None:
@@ -340,7 +364,7 @@ class GroupWriter:
         await self._settle()
 
     async def _process(self, group: Sequence[Request]) -> None:
-        writes = [r for r in group if not isinstance(r, ReadRequest | HeadRequest | LookupRequest)]
+        writes = [r for r in group if not isinstance(r, _NOT_WRITES)]
         if len(writes) == len(group):
             await self._write(writes)
             return
@@ -365,6 +389,13 @@ class GroupWriter:
         lookups = [request for request in group if isinstance(request, LookupRequest)]
         if lookups:
             await self._lookup(lookups)
+        for request in group:
+            if isinstance(request, ClaimRequest):
+                await self._claim(request)
+            elif isinstance(request, ReleaseRequest):
+                await self._release_lease(request)
+            elif isinstance(request, RenewRequest):
+                await self._renew(request)
 
     def _broken_error(self) -> StoreError:
         return StoreError(
@@ -458,7 +489,7 @@ class GroupWriter:
             handoff=self._woken >= _HANDOFF_MIN,
         )
 
-    def _on_written(self, job: Job, result: outcome.Outcome[None]) -> None:
+    def _on_written(self, job: Job, result: outcome.Outcome[Mapping[str, StoreError]]) -> None:
         """The thread finished *job*'s transaction, or skipped it (runs on the trio thread, in
         the thread's order; must not raise). A group chained behind *job* is in flight now."""
         self._in_flight, self._queued = self._queued, None
@@ -472,6 +503,17 @@ class GroupWriter:
             self._heads.update(job.staged)
             self.transactions += 1
             job.done.set()
+            fenced = result.unwrap()
+            if fenced:
+                # Nothing of these sessions was written (the rest of the group was).
+                self._fence(fenced)
+                for request in job.accepted:
+                    error = fenced.get(request.session_id)
+                    if error is None:
+                        request.succeed()
+                    else:
+                        self._refuse(request, error)
+                return
             for request in job.accepted:
                 request.succeed()
             return
@@ -498,6 +540,12 @@ class GroupWriter:
         if not isinstance(exc, (*io_errors, StoreError)):
             # A bug, not an I/O error: stop accepting work rather than guess.
             self._broken = f"unexpected {type(exc).__name__}: {exc}"
+
+    def _fence(self, fenced: Mapping[str, StoreError]) -> None:
+        """Another process owns *fenced* now: forget their heads, refuse their writes."""
+        for session_id, error in fenced.items():
+            self._heads.pop(session_id, None)
+            self._fenced[session_id] = error
 
     async def _settle(self) -> None:
         """Wait for the transaction in flight (if any); after a failed one, re-read the heads
@@ -563,21 +611,114 @@ class GroupWriter:
             request.record = record
             request.succeed()
 
+    # ----------------------------------------------------------------- leases
+
+    async def _claim(self, request: ClaimRequest) -> None:
+        """Take *request*'s session (its lease, in a shared store), close its crash tail."""
+        session_id = request.session_id
+        try:
+            head = await self._thread.run(
+                functools.partial(self.backend.claim, session_id, self._heads.get(session_id))
+            )
+        except StoreError as exc:  # SessionOwnedError, a damaged session: as they are
+            request.fail(exc)
+            await trio.lowlevel.checkpoint()
+            return
+        except self.backend.io_errors as exc:
+            request.fail(StoreError(f"claim in {self.backend.where} failed: {exc}"))
+            await trio.lowlevel.checkpoint()
+            return
+        if head is None:
+            request.fail(StoreError(f"{self.backend.where} holds no session {session_id!r}"))
+            return
+        self._heads[session_id] = head
+        self._fenced.pop(session_id, None)
+        self._next_seq.pop(session_id, None)
+        self._adrift.discard(session_id)
+        try:
+            entries = await self._recover_heads({session_id: head})
+        except StoreError as exc:
+            request.fail(exc)
+            return
+        if entries:
+            self.recovery = attrs.evolve(
+                self.recovery, sessions=(*self.recovery.sessions, *entries)
+            )
+        head = self._heads[session_id]
+        request.head = StoreHead(seq=head.seq, state=head.state)
+        request.succeed()
+
+    async def _release_lease(self, request: ReleaseRequest) -> None:
+        """Give the lease of *request*'s session back (its writes are settled)."""
+        try:
+            await self._thread.run(functools.partial(self.backend.release, request.session_id))
+        except self._expected as exc:
+            # A lease left behind just expires.
+            request.fail(StoreError(f"release in {self.backend.where} failed: {exc}"))
+            await trio.lowlevel.checkpoint()
+            return
+        request.succeed()
+
+    async def _renew(self, request: RenewRequest) -> None:
+        try:
+            lost = await self._thread.run(self.backend.renew)
+        except self._expected as exc:
+            request.fail(StoreError(f"renewing leases in {self.backend.where} failed: {exc}"))
+            await trio.lowlevel.checkpoint()
+            return
+        self._fence(lost)
+        request.succeed()
+
+    async def renew_leases(self) -> None:
+        """Renew this process's leases every third of the backend's ``lease_ttl``, until the
+        writer is closed or this task is cancelled (its owner cancels it before closing the
+        writer). A renewal that finds a session taken over fences it: its next submission is
+        refused with :class:`~broker.store.SessionFencedError`. A renewal that fails (the
+        server did not answer) is retried at the next tick; the leases expire meanwhile.
+
+        Cancellation: stops renewing at once; a renewal queued already may still run.
+        """
+        ttl = self.backend.lease_ttl
+        if ttl is None:
+            await trio.lowlevel.checkpoint()
+            return
+        while True:
+            await trio.sleep(ttl / 3)
+            try:
+                await self.call(RenewRequest(session_id=""))
+            except StoreError:
+                if self._broken is not None or self._inbox_closed:
+                    return
+
     # ----------------------------------------------------------------- open, recover, close
 
     def _open_job(self) -> None:
         self._heads = self.backend.open()
 
     async def _recover(self) -> None:
+        try:
+            entries = await self._recover_heads(self._heads)
+        except StoreError as exc:
+            raise StoreOpenError(f"cannot recover {self.backend.where}: {exc}") from exc
+        self.recovery = RecoveryReport(sessions_checked=len(self._heads), sessions=entries)
+
+    async def _recover_heads(
+        self, heads: Mapping[str, SessionHead]
+    ) -> tuple[RecoveredSession, ...]:
+        """Close the crash tails of *heads*' sessions (pending asks ``cancelled``, an open turn
+        ``interrupted``) in one group; raises :class:`StoreError` when it could not be written."""
         wanted = {
             session_id: head.state.pending
-            for session_id, head in self._heads.items()
+            for session_id, head in heads.items()
             if head.state.pending or head.state.turn_open
         }
+        if not wanted:
+            await trio.lowlevel.checkpoint()
+            return ()
         orders = await self._thread.run(
             functools.partial(self.backend.pending_in_log_order, wanted)
         )
-        requests: list[Request] = []
+        requests: list[AppendRequest] = []
         entries: list[RecoveredSession] = []
         for session_id, order in orders.items():
             events, entry = recovery_events(session_id, self._heads[session_id].state, order)
@@ -595,11 +736,8 @@ class GroupWriter:
             await self._write(requests)
             await self._settle()
             for request in requests:
-                try:
-                    await request.wait()
-                except StoreError as exc:
-                    raise StoreOpenError(f"cannot recover {self.backend.where}: {exc}") from exc
-        self.recovery = RecoveryReport(sessions_checked=len(self._heads), sessions=tuple(entries))
+                await request.wait()
+        return tuple(entries)
 
     async def _final_checkpoints(self) -> None:
         due = {

@@ -6,9 +6,10 @@ which owns the psycopg connection (decision 0017: a thread, not psycopg's async 
 needs asyncio). libpq releases the GIL while it waits on the server, so the trio thread stages
 the next group meanwhile, as with SQLite.
 
-One broker process writes a store at a time (until leases, issue 22 step 4): the writer's
-connection holds a session-level advisory lock for the schema, dropped by the server when the
-connection ends, so a crashed writer never leaves it behind.
+Many broker processes write one store; each session has one writer at a time, the holder of
+its lease (:mod:`._leases`): nothing is loaded or recovered at open, a session's head is loaded
+(and its crash tail closed) when this process creates or claims it, and every group checks in
+its own transaction that this process still holds each session it writes.
 """
 
 from __future__ import annotations
@@ -28,16 +29,19 @@ from ._jobs import (
     GroupArrays,
     Statements,
     group_arrays,
-    load_heads,
+    load_session,
     pending_in_log_order,
     read_records,
     read_sessions,
     reread_heads,
     write_group,
 )
+from ._leases import Leases
 from ._schema import connect, prepare_schema
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from psycopg import Connection
 
     from ..._events import Event
@@ -53,12 +57,28 @@ class PostgresBackend:
 
     dsn: str
     schema: str
+    #: Seconds a session's lease lasts without renewal.
+    ttl: float = 10.0
     _statements: Statements = attrs.field(init=False)
-    # Invariant: _conn is only touched on the writer's worker thread.
+    # Invariant: _conn and _leases are only touched on the writer's worker thread.
     _conn: Connection[tuple[object, ...]] | None = attrs.field(default=None, init=False)
+    _leases: Leases = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self._statements = Statements.of(self.schema)
+        self._leases = Leases(
+            schema=self.schema, where=self.where, ttl_ms=max(1, round(self.ttl * 1000))
+        )
+
+    @property
+    def owner(self) -> str:
+        """This process's owner id in the leases it takes (``pid@host#random``)."""
+        return self._leases.owner
+
+    @property
+    def lease_ttl(self) -> float:
+        """Seconds a session's lease lasts without renewal."""
+        return self.ttl
 
     @property
     def location(self) -> str:
@@ -88,34 +108,67 @@ class PostgresBackend:
         return (psycopg.Error,)
 
     def open(self) -> dict[str, SessionHead]:
-        """Connect, take the writer lock, check (or create) the schema, load every head."""
+        """Connect, check (or create, or migrate) the schema, prepare the connection; no head
+        is loaded (a session's is, when it is created or claimed)."""
         conn = connect(self.dsn)
         self._conn = conn
         # Closed by the writer's release (close) if anything below raises.
         self._lock(conn)
         prepare_schema(conn, self.where, self.schema)
-        return load_heads(conn, self._statements, self.where)
+        # A writer paused inside a transaction (SIGSTOP) would hold its sessions' rows: the
+        # server ends such a transaction once it has idled for a lease's ttl.
+        conn.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
+            "set_config('application_name', %s, false)",
+            (str(self._leases.ttl_ms), f"broker {self.owner}"[:63]),
+        )
+        conn.execute(self._statements.group_rows)
+        conn.commit()
+        return {}
 
     def _lock(self, conn: Connection[tuple[object, ...]]) -> None:
+        # Shared between brokers with leases; a broker of schema version 1 took this lock
+        # exclusively (one writer per store): the two never write one store at once.
         key = f"broker-writer:{self.schema}"
-        row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
+        row = conn.execute("SELECT pg_try_advisory_lock_shared(hashtext(%s))", (key,)).fetchone()
         conn.commit()
         if row is None or row[0] is not True:
             raise StoreLockedError(
-                f"{self.label} is locked by another writer (advisory lock {key!r}): close the "
-                "other broker process, or wait for it to end"
+                f"{self.label} is locked by a broker that writes it alone (advisory lock "
+                f"{key!r}, an older broker): stop that process, or upgrade it"
             )
+
+    def claim(self, session_id: str, known: SessionHead | None) -> SessionHead | None:
+        """Take *session_id*'s lease (epoch + 1) and load its head (see :meth:`Leases.claim`)."""
+        conn = self._require_conn()
+
+        def load(
+            head_seq: int, head_hash: bytes, checkpoint: tuple[int, str] | None
+        ) -> SessionHead:
+            return load_session(
+                conn, self._statements, self.where, session_id, head_seq, head_hash, checkpoint
+            )
+
+        return self._leases.claim(conn, session_id, load)
+
+    def release(self, session_id: str) -> None:
+        """Give *session_id*'s lease back."""
+        self._leases.release(self._require_conn(), session_id)
+
+    def renew(self) -> dict[str, StoreError]:
+        """Renew every lease this process holds; return the sessions found taken over."""
+        return dict(self._leases.renew(self._require_conn()))
 
     def prepare(self, plan: Plan) -> GroupArrays:
         """*plan*'s columns as arrays (on the trio thread: the worker only sends them)."""
         return group_arrays(plan)
 
-    def write(self, plan: Plan, prepared: object) -> None:
-        """Write *plan* as one transaction (see :func:`._jobs.write_group`)."""
+    def write(self, plan: Plan, prepared: object) -> Mapping[str, StoreError]:
+        """Write *plan* as one transaction, fenced (see :func:`._jobs.write_group`)."""
         conn = self._require_conn()
         arrays = prepared if isinstance(prepared, GroupArrays) else group_arrays(plan)
         try:
-            write_group(conn, self._statements, plan, arrays, GENESIS)
+            return write_group(conn, self._statements, plan, arrays, GENESIS, self._leases)
         except ConnectionLost:
             self._conn = None  # write_group closed it
             raise
@@ -145,10 +198,16 @@ class PostgresBackend:
         return read_records(self._require_conn(), self._statements, session_ids)
 
     def close(self) -> None:
-        """Close the connection (the server drops the advisory lock with it; idempotent)."""
+        """Give back the leases this process holds, close the connection (the server drops
+        the advisory lock with it; idempotent). Leases that cannot be given back expire."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.close()
+            try:
+                self._leases.release_all(conn)
+            except psycopg.Error:
+                pass
+            finally:
+                conn.close()
 
     def _require_conn(self) -> Connection[tuple[object, ...]]:
         if self._conn is None:

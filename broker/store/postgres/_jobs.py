@@ -4,8 +4,17 @@ Each function takes the connection and runs on the writer's thread only; the wri
 (:mod:`broker.store._writer`, through :class:`~broker.store.postgres._backend.PostgresBackend`)
 decides when, and what their results mean. A group is ONE transaction: its rows by ``COPY``
 (measured ~4x faster per 256-row group than one ``INSERT … SELECT unnest(…)``: 1.3 against
-5.5 ms here), its creates, heads and checkpoints by one multi-row statement each (``unnest``
-over arrays), then COMMIT.
+5.5 ms here) into a temporary table of the connection, its creates by one multi-row statement,
+then ONE statement that fences and writes (:attr:`Statements.fence`): it moves the heads of the
+sessions this process still holds at its epoch — locking their rows — and, for those sessions
+only, the rows and checkpoints; then COMMIT. A session the fence does not return was taken
+over: nothing of it is written, the rest of the group is.
+
+Why the rows go through a temporary table: a writer paused (SIGSTOP) in the middle of a
+``COPY`` into ``events`` would hold uncommitted index entries that block its successor's first
+append for as long as it stays paused (a ``COPY`` waiting for its client is not cancelled by a
+timeout). Paused at a statement boundary instead, its transaction is idle, and the server ends
+it after ``idle_in_transaction_session_timeout`` (the lease's ttl, set at open).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from .._backend import ConnectionLost
 from .._checkpoint import PROJECTION_FINGERPRINT
 from .._heads import SessionHead, fold_session, order_pending
 from .._protocol import SessionRecord, StoreError, StoreOpenError
+from ._leases import NOW_MS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -31,6 +41,7 @@ if TYPE_CHECKING:
 
     from ..._events import Event
     from .._plan import Plan
+    from ._leases import Leases
 
     Conn = Connection[tuple[object, ...]]
 
@@ -38,7 +49,7 @@ __all__ = [
     "GroupArrays",
     "Statements",
     "group_arrays",
-    "load_heads",
+    "load_session",
     "pending_in_log_order",
     "read_records",
     "read_sessions",
@@ -53,40 +64,60 @@ class Statements:
 
     creates: sql.Composed
     auto_creates: sql.Composed
-    copy_rows: sql.Composed
-    heads: sql.Composed
-    checkpoints: sql.Composed
+    group_rows: sql.SQL
+    copy_rows: sql.SQL
+    fence: sql.Composed
     schema: str
 
     @classmethod
     def of(cls, schema: str) -> Statements:
         s = sql.Identifier(schema)
         return cls(
-            # ORDER BY n: sessions are numbered (ord) in the order they were created.
+            # ORDER BY n: sessions are numbered (ord) in the order they were created. A new
+            # session is this process's at epoch 1; an existing one is changed only if it is.
             creates=sql.SQL(
-                "INSERT INTO {s}.sessions (id, parent_id, created_ms, head_seq, head_hash) "
-                "SELECT id, parent, %s, 0, %s FROM unnest(%s::text[], %s::text[]) "
-                "WITH ORDINALITY AS v(id, parent, n) ORDER BY n "
-                "ON CONFLICT (id) DO UPDATE SET parent_id = excluded.parent_id"
+                "INSERT INTO {s}.sessions AS t (id, parent_id, created_ms, head_seq, head_hash, "
+                "owner, epoch, lease_expires_ms) "
+                "SELECT id, parent, %s, 0, %s, %s, 1, " + NOW_MS + " + %s "
+                "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS v(id, parent, n) "
+                "ORDER BY n ON CONFLICT (id) DO UPDATE SET parent_id = excluded.parent_id "
+                "WHERE t.owner = excluded.owner RETURNING id, epoch"
             ).format(s=s),
             auto_creates=sql.SQL(
-                "INSERT INTO {s}.sessions (id, parent_id, created_ms, head_seq, head_hash) "
-                "SELECT id, NULL, %s, 0, %s FROM unnest(%s::text[]) WITH ORDINALITY AS v(id, n) "
-                "ORDER BY n ON CONFLICT (id) DO NOTHING"
+                "INSERT INTO {s}.sessions (id, parent_id, created_ms, head_seq, head_hash, "
+                "owner, epoch, lease_expires_ms) "
+                "SELECT id, NULL, %s, 0, %s, %s, 1, " + NOW_MS + " + %s "
+                "FROM unnest(%s::text[]) WITH ORDINALITY AS v(id, n) "
+                "ORDER BY n ON CONFLICT (id) DO NOTHING RETURNING id, epoch"
             ).format(s=s),
+            group_rows=sql.SQL(
+                "CREATE TEMPORARY TABLE IF NOT EXISTS broker_group_rows (session_id text NOT "
+                "NULL, seq bigint NOT NULL, ts_ms bigint NOT NULL, line text NOT NULL, "
+                "prev_hash bytea NOT NULL, hash bytea NOT NULL) ON COMMIT DELETE ROWS"
+            ),
             copy_rows=sql.SQL(
-                "COPY {s}.events (session_id, seq, ts_ms, line, prev_hash, hash) FROM STDIN"
-            ).format(s=s),
-            heads=sql.SQL(
-                "UPDATE {s}.sessions AS t SET head_seq = v.seq, head_hash = v.hash "
-                "FROM unnest(%s::text[], %s::int8[], %s::bytea[]) AS v(id, seq, hash) "
-                "WHERE t.id = v.id"
-            ).format(s=s),
-            checkpoints=sql.SQL(
+                "COPY pg_temp.broker_group_rows (session_id, seq, ts_ms, line, prev_hash, hash) "
+                "FROM STDIN"
+            ),
+            # The fence: one statement, so a writer paused in it holds no lock past it.
+            fence=sql.SQL(
+                "WITH fence AS ("
+                "UPDATE {s}.sessions AS t SET head_seq = coalesce(v.seq, t.head_seq), "
+                "head_hash = coalesce(v.hash, t.head_hash) "
+                "FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::bytea[]) "
+                "AS v(id, epoch, seq, hash) "
+                "WHERE t.id = v.id AND t.owner = %s AND t.epoch = v.epoch RETURNING t.id"
+                "), moved AS ("
+                "INSERT INTO {s}.events (session_id, seq, ts_ms, line, prev_hash, hash) "
+                "SELECT session_id, seq, ts_ms, line, prev_hash, hash "
+                "FROM pg_temp.broker_group_rows WHERE session_id IN (SELECT id FROM fence)"
+                "), kept AS ("
                 "INSERT INTO {s}.checkpoints (session_id, seq, state, projection) "
                 "SELECT * FROM unnest(%s::text[], %s::int8[], %s::text[], %s::text[]) "
+                "AS c(id, seq, state, projection) WHERE c.id IN (SELECT id FROM fence) "
                 "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, "
                 "state = excluded.state, projection = excluded.projection"
+                ") SELECT id FROM fence"
             ).format(s=s),
             schema=schema,
         )
@@ -101,8 +132,9 @@ class GroupArrays:
 
     creates: tuple[list[str], list[str | None]] | None
     auto_creates: list[str] | None
-    heads: tuple[list[str], list[int], list[bytes]] | None
-    checkpoints: tuple[list[str], list[int], list[str], list[str]] | None
+    #: Every session the group writes (fenced), with its new head (None: unmoved).
+    touched: tuple[list[str], list[int | None], list[bytes | None]]
+    checkpoints: tuple[list[str], list[int], list[str], list[str]]
 
 
 def group_arrays(plan: Plan) -> GroupArrays:
@@ -111,57 +143,81 @@ def group_arrays(plan: Plan) -> GroupArrays:
     if plan.creates:
         parents = {session_id: parent for session_id, parent, _, _ in plan.creates}
         creates = (list(parents), list(parents.values()))
-    heads = None
-    if plan.heads:
-        heads = (
-            [session_id for _, _, session_id in plan.heads],
-            [seq for seq, _, _ in plan.heads],
-            [digest for _, digest, _ in plan.heads],
-        )
-    checkpoints = None
-    if plan.checkpoints:
-        checkpoints = (
-            [c[0] for c in plan.checkpoints],
-            [c[1] for c in plan.checkpoints],
-            [c[2] for c in plan.checkpoints],
-            [c[3] for c in plan.checkpoints],
-        )
+    moved: dict[str, tuple[int | None, bytes | None]] = {
+        session_id: (None, None) for session_id, _, _, _ in (*plan.creates, *plan.auto_creates)
+    }
+    for seq, digest, session_id in plan.heads:
+        moved[session_id] = (seq, digest)
+    for checkpoint in plan.checkpoints:
+        moved.setdefault(checkpoint[0], (None, None))
+    checkpoints = (
+        [c[0] for c in plan.checkpoints],
+        [c[1] for c in plan.checkpoints],
+        [c[2] for c in plan.checkpoints],
+        [c[3] for c in plan.checkpoints],
+    )
     return GroupArrays(
         creates=creates,
         auto_creates=[c[0] for c in plan.auto_creates] or None,
-        heads=heads,
+        touched=(list(moved), [m[0] for m in moved.values()], [m[1] for m in moved.values()]),
         checkpoints=checkpoints,
     )
 
 
 def write_group(
-    conn: Conn, statements: Statements, plan: Plan, arrays: GroupArrays, genesis: bytes
-) -> None:
+    conn: Conn,
+    statements: Statements,
+    plan: Plan,
+    arrays: GroupArrays,
+    genesis: bytes,
+    leases: Leases,
+) -> dict[str, StoreError]:
     """Write *plan* as ONE transaction, durable (``synchronous_commit = on``) when this
-    returns. Any error rolls it back; a failed rollback closes *conn* and raises
-    :class:`ConnectionLost`."""
+    returns, except for the sessions this process no longer holds at the epoch *leases*
+    records: those are returned, each with its error, and nothing of theirs is written. Any
+    error rolls it back; a failed rollback closes *conn* and raises :class:`ConnectionLost`."""
+    epochs = leases.epochs
+    created: dict[str, int] = {}
     try:
         with conn.cursor() as cur:
-            if arrays.creates is not None:
-                cur.execute(statements.creates, (plan.ts_ms, genesis, *arrays.creates))
-            if arrays.auto_creates is not None:
-                cur.execute(statements.auto_creates, (plan.ts_ms, genesis, arrays.auto_creates))
             if plan.rows:
                 with cur.copy(statements.copy_rows) as copy:
                     for row in plan.rows:
                         copy.write_row(row)
-            if arrays.heads is not None:
-                cur.execute(statements.heads, arrays.heads)
-            if arrays.checkpoints is not None:
-                cur.execute(statements.checkpoints, arrays.checkpoints)
+            ttl = leases.ttl_ms
+            if arrays.creates is not None:
+                cur.execute(
+                    statements.creates, (plan.ts_ms, genesis, leases.owner, ttl, *arrays.creates)
+                )
+                created.update(cur.fetchall())  # type: ignore[arg-type]
+            if arrays.auto_creates is not None:
+                cur.execute(
+                    statements.auto_creates,
+                    (plan.ts_ms, genesis, leases.owner, ttl, arrays.auto_creates),
+                )
+                created.update(cur.fetchall())  # type: ignore[arg-type]
+            ids, seqs, hashes = arrays.touched
+            held = [created.get(i, epochs.get(i, -1)) for i in ids]
+            cur.execute(
+                statements.fence, (ids, held, seqs, hashes, leases.owner, *arrays.checkpoints)
+            )
+            kept = {str(session_id) for (session_id,) in cur.fetchall()}
         if plan.fault is not None and not plan.fault_landed:
             raise plan.fault
         conn.commit()
     except BaseException:
         _rollback(conn)
         raise
+    epochs.update(created)
+    fenced: dict[str, StoreError] = {}
+    if len(kept) != len(ids):
+        for session_id in ids:
+            if session_id not in kept:
+                fenced[session_id] = leases.fenced_error(session_id)
+                epochs.pop(session_id, None)
     if plan.fault is not None:
         raise plan.fault  # the test seam: reported as failed, yet committed
+    return fenced
 
 
 def _rollback(conn: Conn) -> None:
@@ -190,7 +246,7 @@ def _tail(
     return rows  # type: ignore[return-value]
 
 
-def _load_session(
+def load_session(
     conn: Conn,
     statements: Statements,
     where: str,
@@ -199,6 +255,8 @@ def _load_session(
     head_hash: bytes,
     checkpoint: tuple[int, str] | None,
 ) -> SessionHead:
+    """*session_id*'s head, folded from *checkpoint* and the rows after it (read in *conn*'s
+    transaction). Raises :class:`StoreOpenError` when its rows do not end at *head_seq*."""
     return fold_session(
         where,
         session_id,
@@ -208,42 +266,6 @@ def _load_session(
         functools.partial(_tail, conn, statements, session_id),
         functools.partial(_damaged, where),
     )
-
-
-def load_heads(conn: Conn, statements: Statements, where: str) -> dict[str, SessionHead]:
-    """Every session's head, in creation order (one snapshot). Raises :class:`StoreOpenError`
-    when damaged."""
-    try:
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        checkpoints: dict[str, tuple[int, str]] = {
-            str(session_id): (int(seq), str(text))  # type: ignore[call-overload]
-            for session_id, seq, text in conn.execute(
-                sql.SQL("SELECT session_id, seq, state FROM {t} WHERE projection = %s").format(
-                    t=statements.table("checkpoints")
-                ),
-                (PROJECTION_FINGERPRINT,),
-            )
-        }
-        sessions = conn.execute(
-            sql.SQL("SELECT id, head_seq, head_hash FROM {t} ORDER BY ord").format(
-                t=statements.table("sessions")
-            )
-        ).fetchall()
-        heads = {
-            str(session_id): _load_session(
-                conn,
-                statements,
-                where,
-                str(session_id),
-                int(head_seq),  # type: ignore[call-overload]
-                bytes(head_hash),  # type: ignore[call-overload]
-                checkpoints.get(str(session_id)),
-            )
-            for session_id, head_seq, head_hash in sessions
-        }
-    finally:
-        conn.rollback()  # a read-only snapshot: nothing to commit
-    return heads
 
 
 def reread_heads(
@@ -273,7 +295,7 @@ def reread_heads(
                 ).format(t=statements.table("checkpoints")),
                 (session_id, PROJECTION_FINGERPRINT),
             ).fetchone()
-            fresh[session_id] = _load_session(
+            fresh[session_id] = load_session(
                 conn,
                 statements,
                 where,

@@ -6,14 +6,19 @@ a schema that exists but is not ours, or is of a newer version, is refused with 
 Only a missing or empty schema is initialised, in one transaction, under an advisory lock (two
 brokers opening one new database at once do not both create it).
 
-Schema version 1 (the hash chain is :mod:`broker.store._chain`'s, the same as SQLite's)::
+Schema version 2 (the hash chain is :mod:`broker.store._chain`'s, the same as SQLite's)::
 
     store_info  (application text, version int)                  -- exactly one row
     sessions    (id text PK, parent_id text, created_ms int8, head_seq int8, head_hash bytea,
-                 ord int8 identity)                              -- ord = creation order
+                 ord int8 identity,                              -- ord = creation order
+                 owner text, epoch int8, lease_expires_ms int8)  -- the session's lease
     events      (session_id text, seq int8, ts_ms int8, line text, prev_hash bytea,
                  hash bytea, PRIMARY KEY (session_id, seq))
     checkpoints (session_id text PK, seq int8, state text, projection text)
+
+Version 1 had no lease columns; a writer adds them (:data:`_MIGRATE_1_TO_2`, in the same
+transaction as the version bump, under the initialisation lock) the first time it opens such a
+store. A reader reads both.
 """
 
 from __future__ import annotations
@@ -40,12 +45,12 @@ __all__ = [
 ]
 
 APPLICATION = "broker-event-store"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_SCHEMA = "broker"
 _TABLES = ("store_info", "sessions", "events", "checkpoints")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
-# Invariant: the DDL, the store_info row and the chain byte form are schema version 1.
+# Invariant: the DDL, the store_info row and the chain byte form are schema version 2.
 _DDL = (
     "CREATE TABLE {s}.store_info (application text NOT NULL, version integer NOT NULL)",
     """CREATE TABLE {s}.sessions (
@@ -54,7 +59,10 @@ _DDL = (
         created_ms bigint NOT NULL,
         head_seq bigint NOT NULL,
         head_hash bytea NOT NULL,
-        ord bigint GENERATED ALWAYS AS IDENTITY
+        ord bigint GENERATED ALWAYS AS IDENTITY,
+        owner text,
+        epoch bigint NOT NULL DEFAULT 0,
+        lease_expires_ms bigint NOT NULL DEFAULT 0
     )""",
     """CREATE TABLE {s}.events (
         session_id text NOT NULL,
@@ -71,6 +79,15 @@ _DDL = (
         state text NOT NULL,
         projection text NOT NULL
     )""",
+)
+
+
+# Version 1 → 2: the lease of each session (no owner, epoch 0: the first claim takes it).
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE {s}.sessions ADD COLUMN owner text, "
+    "ADD COLUMN epoch bigint NOT NULL DEFAULT 0, "
+    "ADD COLUMN lease_expires_ms bigint NOT NULL DEFAULT 0",
+    "UPDATE {s}.store_info SET version = 2",
 )
 
 
@@ -112,9 +129,10 @@ def connect(dsn: str) -> Connection[tuple[object, ...]]:
 def prepare_schema(
     conn: Connection[tuple[object, ...]], where: str, schema: str, *, create: bool = True
 ) -> None:
-    """Check *schema*'s layout, creating it when missing or empty (unless not *create*). Raises
-    :class:`StoreOpenError` (nothing changed) for another application's schema, a newer or
-    older version, missing tables, or no right to create it. Leaves no transaction open."""
+    """Check *schema*'s layout, creating it when missing or empty and migrating version 1 to
+    :data:`SCHEMA_VERSION` (unless not *create*). Raises :class:`StoreOpenError` (nothing
+    changed) for another application's schema, a newer or older version, missing tables, or no
+    right to create it. Leaves no transaction open."""
     s = sql.Identifier(schema)
     try:
         # Serialises initialisation between brokers opening one new database at once.
@@ -143,7 +161,10 @@ def prepare_schema(
             )
             conn.commit()
             return
-        _classify(conn, where, schema, tables)
+        version = _classify(conn, where, schema, tables)
+        if version == 1 and create:  # a reader reads version 1 as it is
+            for statement in _MIGRATE_1_TO_2:
+                conn.execute(sql.SQL(statement).format(s=s))
         conn.commit()
     except psycopg.errors.InsufficientPrivilege as exc:
         conn.rollback()
@@ -161,8 +182,13 @@ def prepare_schema(
 
 
 def _classify(
-    conn: Connection[tuple[object, ...]], where: str, schema: str, tables: set[str]
-) -> None:
+    conn: Connection[tuple[object, ...]],
+    where: str,
+    schema: str,
+    tables: set[str],
+) -> int:
+    """The store's schema version: :data:`SCHEMA_VERSION` or 1 (a writer migrates it);
+    anything else raises :class:`StoreOpenError`."""
     if "store_info" not in tables:
         raise _not_a_store(where, schema, "it has tables but no store_info table")
     rows = conn.execute(
@@ -179,10 +205,10 @@ def _classify(
             f"{where} has schema version {version}, newer than this broker supports "
             f"({SCHEMA_VERSION}): upgrade broker to open it"
         )
-    if version != SCHEMA_VERSION:
+    if version not in (1, SCHEMA_VERSION):
         raise StoreOpenError(
-            f"{where} has unsupported schema version {version} (this broker reads version "
-            f"{SCHEMA_VERSION}): restore it from a backup"
+            f"{where} has unsupported schema version {version} (this broker reads versions 1 "
+            f"to {SCHEMA_VERSION}): restore it from a backup"
         )
     missing = [name for name in _TABLES if name not in tables]
     if missing:
@@ -190,6 +216,7 @@ def _classify(
             f"{where} is damaged: table '{schema}.{missing[0]}' is missing; restore it from a "
             "backup"
         )
+    return version
 
 
 def _not_a_store(where: str, schema: str, why: str) -> StoreOpenError:

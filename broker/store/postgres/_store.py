@@ -3,10 +3,15 @@
 Synopsis::
 
     async with open_postgres_store("postgresql://broker@db/broker") as store:
-        if not store.recovery.clean:
-            log.warning(store.recovery.summary())
-        await store.create_session("s1", None)
+        await store.create_session("s1", None)             # this process's, at epoch 1
         await store.append("s1", [TurnStart(turn=1)])       # returns once COMMIT returned
+        head = await store.claim("s0")    # another process's session, once its lease expired
+
+Many broker processes share one database; each session is written by one of them at a time,
+the holder of its lease (:mod:`._leases`), renewed by a task of the store's own. Taking over a
+session (``claim``) closes the crash tail its former owner left; a group that writes a session
+this process no longer holds fails that session's appends with
+:class:`~broker.store.SessionFencedError` and lands the rest.
 
 Every call goes through the store-neutral writer actor (:mod:`broker.store._writer`): the
 appends of all sessions that arrive while a transaction is being written form the next group,
@@ -21,6 +26,7 @@ imported when a store is opened.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -44,7 +50,10 @@ if TYPE_CHECKING:
     # extra): the modules that use it are imported where a store or a board is opened.
     from ._board import PostgresBoard
 
-__all__ = ["PostgresStore", "open_postgres_store"]
+__all__ = ["DEFAULT_LEASE_TTL", "PostgresStore", "open_postgres_store"]
+
+#: Seconds a session's lease lasts unrenewed, by default.
+DEFAULT_LEASE_TTL = 10.0
 
 
 @attrs.define(eq=False)
@@ -66,6 +75,15 @@ class PostgresStore(GroupStore):
         assert isinstance(backend, PostgresBackend)
         return PostgresBoard(dsn=backend.dsn, schema=backend.schema)
 
+    @property
+    def owner(self) -> str:
+        """This process's owner id in the leases it takes (``pid@host#random``)."""
+        from ._backend import PostgresBackend
+
+        backend = self._writer.backend
+        assert isinstance(backend, PostgresBackend)
+        return backend.owner
+
     def inject_commit_failure(self, error: Exception, *, landed: bool = False) -> None:
         """Test seam: the next write transaction raises *error* in place of COMMIT and is rolled
         back; its appends raise :class:`~broker.store.StoreError`. With *landed* it commits and
@@ -73,6 +91,18 @@ class PostgresStore(GroupStore):
         yet their events are in the database.
         """
         self._writer.inject_commit_failure(error, landed=landed)
+
+
+def _check_lease_ttl(lease_ttl: object) -> None:
+    if (
+        isinstance(lease_ttl, bool)
+        or not isinstance(lease_ttl, int | float)
+        or not math.isfinite(lease_ttl)
+        or lease_ttl < 0.1
+    ):
+        raise ValueError(
+            f"lease_ttl must be a number of seconds >= 0.1, got {lease_ttl!r}: pass e.g. 10.0"
+        )
 
 
 def _check_dsn(dsn: object) -> str:
@@ -94,18 +124,22 @@ async def open_postgres_store(
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     inbox_size: int = DEFAULT_INBOX_SIZE,
     clock_ms: Callable[[], int] = wall_clock_ms,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
 ) -> AsyncIterator[PostgresStore]:
     """Open the store in *schema* of the database at *dsn* for writing, for the ``async with``
     block; the schema is created in a database that has none.
 
     Connects (a server that does not answer, or refuses the credentials, raises
-    :class:`StoreOpenError` naming the URL without its password), takes the writer lock (a
-    second writer gets :class:`StoreLockedError`), checks the schema (another application's,
-    or a newer version, raises :class:`StoreOpenError` with nothing changed), rebuilds each
-    session's projection from its checkpoint and tail, then runs recovery (see
+    :class:`StoreOpenError` naming the URL without its password), checks the schema (another
+    application's, or a newer version, raises :class:`StoreOpenError` with nothing changed;
+    version 1 is migrated), and loads nothing: a session's projection is rebuilt from its
+    checkpoint and tail when this process claims it, and its crash tail closed then (see
     :attr:`PostgresStore.recovery`): each unanswered question ``cancelled`` with
-    ``recovered: true``, each open turn ``interrupted``.
+    ``recovered: true``, an open turn ``interrupted``. A broker of schema version 1 that
+    still writes the store alone makes the open fail with :class:`StoreLockedError`.
 
+    *lease_ttl*: seconds a session's lease lasts unrenewed (renewed every third of it): how
+    long after its owner stopped another process may take a session over.
     *checkpoint_every*: write a session's projection every N events and at close (0: never).
     *inbox_size*: the bound of the writer's inbox and of a commit group. *clock_ms*: the wall
     clock stored with each row (for tests).
@@ -125,7 +159,8 @@ async def open_postgres_store(
             f"({exc}); install it with pip install 'trio-approval-broker[postgres]'"
         ) from exc
     check_schema_name(schema)
-    backend = PostgresBackend(dsn=dsn, schema=schema)
+    _check_lease_ttl(lease_ttl)
+    backend = PostgresBackend(dsn=dsn, schema=schema, ttl=lease_ttl)
     writer = GroupWriter(
         backend=backend,
         checkpoint_every=checkpoint_every,

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import attrs
@@ -38,6 +39,7 @@ __all__ = ["SqliteBackend"]
 # Write a group as one statement from this many rows on: the trigger costs ~40 us more per
 # transaction than plain statements, which a few rows do not win back.
 _ONE_STATEMENT_MIN_ROWS = 16
+_NONE_FENCED: Mapping[str, StoreError] = MappingProxyType({})
 
 
 @attrs.define(eq=False)
@@ -80,6 +82,11 @@ class SqliteBackend:
         """``sqlite3.Error``: a full disk, an I/O error."""
         return (sqlite3.Error,)
 
+    @property
+    def lease_ttl(self) -> None:
+        """None: one writer per file (its lock), no leases."""
+        return None
+
     def open(self) -> dict[str, SessionHead]:
         """Check the path, take the lock, connect, load every head, prepare the group write."""
         check_writer_path(self.path)
@@ -107,8 +114,9 @@ class SqliteBackend:
             return group_parameters(plan)
         return None
 
-    def write(self, plan: Plan, prepared: object) -> None:
-        """Write *plan* as one transaction (see :func:`._jobs.write_group`)."""
+    def write(self, plan: Plan, prepared: object) -> Mapping[str, StoreError]:
+        """Write *plan* as one transaction (see :func:`._jobs.write_group`); the file's lock
+        makes this process the owner of every session: none is ever fenced."""
         conn = self._require_conn()
         parameters = prepared if isinstance(prepared, tuple) else None
         try:
@@ -116,6 +124,18 @@ class SqliteBackend:
         except ConnectionLost:
             self._conn = None  # write_group closed it
             raise
+        return _NONE_FENCED
+
+    def claim(self, session_id: str, known: SessionHead | None) -> SessionHead | None:
+        """*known*: every head was loaded, and recovery ran, at open (the lock is the file's)."""
+        return known
+
+    def release(self, session_id: str) -> None:
+        """Nothing: the lock is the file's, not the session's."""
+
+    def renew(self) -> dict[str, StoreError]:
+        """Nothing to renew: no leases."""
+        return {}
 
     def write_error(self, exc: Exception) -> StoreError:
         """A full disk or an I/O error, with the fix."""

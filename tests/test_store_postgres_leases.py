@@ -1,0 +1,241 @@
+"""Leases and fencing in the PostgreSQL store (issue 22 step 4), in one process: two stores on
+one database are two owners (each has its own owner id and connection), standing in for two
+broker processes. The tests with real processes, kill -9 and SIGSTOP are in
+``test_takeover_processes.py``.
+
+A lease is made to expire "behind the owner's back" by setting its expiry in the past with SQL:
+exactly what the database holds once an owner paused past its lease.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import trio
+
+from broker import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalGrant,
+    ApprovalRequest,
+    AuditAppendError,
+    Outcome,
+    SessionClosedError,
+    SessionFencedError,
+    SessionOwnedError,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+    open_broker,
+)
+from broker._projection import fold_all
+from broker.store import StoreError
+from broker.store._logtools import verify_reader
+from broker.store.postgres import open_postgres_store
+
+psycopg = pytest.importorskip("psycopg")
+
+from broker.store.postgres._reader import open_postgres_reader  # noqa: E402
+
+
+def _sql(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cursor = conn.execute(statement, params or None)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _expire(dsn: str, session_id: str) -> None:
+    """The owner of *session_id* stopped renewing long enough: its lease is over."""
+    _sql(dsn, "UPDATE broker.sessions SET lease_expires_ms = 0 WHERE id = %s", session_id)
+
+
+def _lease(dsn: str, session_id: str) -> tuple[Any, ...]:
+    [row] = _sql(dsn, "SELECT owner, epoch FROM broker.sessions WHERE id = %s", session_id)
+    return row
+
+
+def _verify(dsn: str) -> None:
+    with open_postgres_reader(dsn) as reader:
+        verify_reader(reader)
+
+
+async def test_a_live_lease_is_not_taken_and_names_its_owner(postgres_dsn: str) -> None:
+    with trio.fail_after(20):
+        async with (
+            open_postgres_store(postgres_dsn) as a,
+            open_postgres_store(postgres_dsn) as b,
+        ):
+            assert a.owner != b.owner
+            await a.create_session("s", None)
+            await a.append("s", [ApprovalGrant(tool_name="edit")])
+            assert _lease(postgres_dsn, "s") == (a.owner, 1)
+            with pytest.raises(
+                SessionOwnedError,
+                match=rf"^session 's' in postgresql store '{re.escape(postgres_dsn)}' is owned "
+                rf"by {re.escape(a.owner)} \(epoch 1\) until its lease expires at "
+                r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00 \(in \d+\.\ds\): resume it after "
+                r"that, or close it in the process that owns it$",
+            ):
+                await b.claim("s")
+            assert _lease(postgres_dsn, "s") == (a.owner, 1)  # untouched
+            await a.append("s", [ApprovalGrant(tool_name="bash")])  # A writes on
+            # Released by its owner: taken at once, with the next epoch.
+            await a.release("s")
+            head = await b.claim("s")
+            assert head.state == fold_all(
+                [ApprovalGrant(tool_name="edit"), ApprovalGrant(tool_name="bash")]
+            )
+            assert _lease(postgres_dsn, "s") == (b.owner, 2)
+    _verify(postgres_dsn)
+
+
+async def test_leases_are_renewed_while_the_owner_lives(postgres_dsn: str) -> None:
+    with trio.fail_after(20):
+        async with (
+            open_postgres_store(postgres_dsn, lease_ttl=0.3) as a,
+            open_postgres_store(postgres_dsn) as b,
+        ):
+            await a.create_session("s", None)
+            await trio.sleep(1.0)  # three ttls: renewed every 0.1 s
+            with pytest.raises(SessionOwnedError):
+                await b.claim("s")
+            await a.append("s", [ApprovalGrant(tool_name="edit")])
+        # Closed cleanly: every lease given back, the session is free at once.
+        assert _lease(postgres_dsn, "s") == (None, 1)
+
+
+async def test_a_takeover_fences_the_former_owner_and_lands_nobody_elses_writes_wrongly(
+    postgres_dsn: str,
+) -> None:
+    """B takes s after A's lease expired; A's next group holds a write to s and one to t:
+    s's fails with SessionFencedError and nothing of it lands, t's lands."""
+    asked: list[Any] = [TurnStart(turn=1), ApprovalAsked(id="q", tool_name="bash")]
+    with trio.fail_after(20):
+        async with (
+            open_postgres_store(postgres_dsn) as a,
+            open_postgres_store(postgres_dsn) as b,
+        ):
+            await a.create_session("s", None)
+            await a.create_session("t", None)
+            await a.append("s", asked)
+            _expire(postgres_dsn, "s")
+            head = await b.claim("s")  # takes it, closes A's open question and turn
+            recovered = [
+                *asked,
+                ApprovalDecided(id="q", outcome=Outcome.CANCELLED, recovered=True),
+                TurnEnd(turn=1, reason=TurnEndReason(kind="interrupted")),
+            ]
+            assert head.seq == 4
+            assert head.state == fold_all(recovered)
+            assert _lease(postgres_dsn, "s") == (b.owner, 2)
+            assert b.recovery.cancelled_asks == 1
+            # A does not know yet: both submissions go into one group.
+            late = [ApprovalDecided(id="q", outcome=Outcome.ALLOWED_ONCE)]
+            fenced = a.submit("s", 2, late, fold_all([*asked, *late]))
+            x = [ApprovalGrant(tool_name="x")]
+            other = a.submit("t", 0, x, fold_all(x))
+            with pytest.raises(
+                SessionFencedError,
+                match=rf"^session 's' in postgresql store '{re.escape(postgres_dsn)}' was taken "
+                r"over by another broker process \(this one held it at epoch 1\): nothing of "
+                r"this append was stored, and this process must not write it again$",
+            ):
+                await fenced.wait()
+            await other.wait()
+            # From now on A refuses at once, without a round trip.
+            y = [ApprovalGrant(tool_name="y")]
+            again = a.submit("s", 3, y, fold_all([*asked, *late, *y]))
+            assert again.done
+            assert isinstance(again.error, SessionFencedError)
+            assert await b.read("s") == recovered
+            assert await b.read("t") == [ApprovalGrant(tool_name="x")]
+            await b.append("s", [ApprovalGrant(tool_name="z")])  # B continues the chain
+        assert _lease(postgres_dsn, "t") == (None, 1)
+    _verify(postgres_dsn)
+
+
+async def test_a_renewal_that_finds_the_session_taken_fences_it(postgres_dsn: str) -> None:
+    with trio.fail_after(20):
+        async with (
+            open_postgres_store(postgres_dsn, lease_ttl=0.3) as a,
+            open_postgres_store(postgres_dsn) as b,
+        ):
+            await a.create_session("s", None)
+            _expire(postgres_dsn, "s")
+            await b.claim("s")
+            await trio.sleep(0.5)  # A's renewal runs and finds s taken
+            x = [ApprovalGrant(tool_name="x")]
+            ticket = a.submit("s", 0, x, fold_all(x))
+            assert ticket.done  # refused at once
+            assert isinstance(ticket.error, SessionFencedError)
+            assert await b.read("s") == []
+
+
+async def test_a_session_this_process_never_claimed_cannot_be_written(postgres_dsn: str) -> None:
+    with trio.fail_after(20):
+        async with open_postgres_store(postgres_dsn) as a:
+            await a.create_session("s", None)
+        async with open_postgres_store(postgres_dsn) as b:
+            with pytest.raises(
+                SessionFencedError,
+                match=r"^session 's' in postgresql store '.*' is not owned by this process: "
+                r"resume it \(open_session\(resume=\.\.\.\)\) before writing to it; nothing of "
+                r"this append was stored$",
+            ):
+                await b.append("s", [ApprovalGrant(tool_name="x")])
+            with pytest.raises(StoreError):
+                await b.create_session("s", "p")  # nor re-parented
+            assert await b.read("s") == []
+
+
+async def test_a_fenced_broker_session_fails_its_caller_closed_and_ends(postgres_dsn: str) -> None:
+    """Through the broker: A's session is taken over by B; A's next question is not put (its
+    asker gets AuditAppendError, never an answer), A's session crashes with the fence as its
+    cause and never writes again; B resumes the session and goes on."""
+
+    async def allow(_req: ApprovalRequest, _next: object) -> Outcome:
+        await trio.lowlevel.checkpoint()
+        return Outcome.ALLOWED_ONCE
+
+    with trio.fail_after(30):
+        async with (
+            open_postgres_store(postgres_dsn) as store_a,
+            open_postgres_store(postgres_dsn) as store_b,
+            open_broker(store=store_a) as a,
+            open_broker(store=store_b) as b,
+            a.answerer(allow),
+            b.answerer(allow),
+        ):
+            session = await a.start_session()
+            async with session.turn():
+                bash = ApprovalRequest(agent=session.agent, tool_name="bash")
+                assert await a.request(bash) is Outcome.ALLOWED_ONCE
+                _expire(postgres_dsn, session.id)
+                resumed = await b.start_session(resume=session.id)
+                with pytest.raises(AuditAppendError, match=r"SessionFencedError|taken over"):
+                    await a.request(ApprovalRequest(agent=session.agent, tool_name="edit"))
+            await session.wait_closed()
+            assert isinstance(session.crash_cause, SessionFencedError)
+            with pytest.raises(SessionClosedError):
+                session.require_open()
+            async with resumed.turn() as number:
+                assert number == 2
+                edit = ApprovalRequest(agent=resumed.agent, tool_name="edit")
+                assert await b.request(edit) is Outcome.ALLOWED_ONCE
+            log = await store_b.read(session.id)
+            await resumed.aclose()
+    # A's turn was closed by B's claim (interrupted); nothing of A landed after it.
+    assert [type(e).__name__ for e in log] == [
+        "TurnStart",
+        "ApprovalAsked",
+        "ApprovalDecided",
+        "TurnEnd",
+        "TurnStart",
+        "ApprovalAsked",
+        "ApprovalDecided",
+        "TurnEnd",
+    ]
+    assert log[3] == TurnEnd(turn=1, reason=TurnEndReason(kind="interrupted"))
+    _verify(postgres_dsn)
