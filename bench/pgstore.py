@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import secrets
 import sys
 import tempfile
 import time
-import urllib.parse
 from pathlib import Path
 
 import trio
 
+from bench._postgres import SERVER, fresh_database, reachable
 from broker import (
     ApprovalRequest,
     Event,
@@ -42,8 +40,6 @@ from broker import (
     open_broker,
 )
 from broker.store import open_store
-
-MACHINE_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 async def broker_asks(store: object, sessions: int, asks: int) -> float:
@@ -131,26 +127,9 @@ async def resume_times(dsn: str, events: int) -> tuple[float, float]:
     return resumed, raw
 
 
-def _database(server: str) -> tuple[str, str]:
-    import psycopg
-
-    name = f"bench_pg_{secrets.token_hex(4)}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urllib.parse.urlsplit(server)
-    return name, urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-
-
-def _drop(server: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pgstore", description=__doc__)
-    parser.add_argument("--dsn", default=os.environ.get("BROKER_BENCH_POSTGRES", MACHINE_DSN))
+    parser.add_argument("--dsn", default=SERVER)
     parser.add_argument("--sessions", type=int, default=256)
     parser.add_argument("--asks", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
@@ -159,36 +138,27 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.sessions, args.asks, args.rounds, args.resume_events = 32, 10, 1, 1000
-    try:
-        _drop(args.dsn, "bench_pg_probe")
-    except Exception as exc:
-        print(f"bench.pgstore: skipped, no PostgreSQL server at the DSN: {exc}")
+    why = reachable(args.dsn)
+    if why is not None:
+        print(f"bench.pgstore: skipped, no PostgreSQL server at the DSN: {why}")
         return 0
     best = {"postgres": 0.0, "sqlite": 0.0, "memory": 0.0}
     print(f"durable asks/s through the broker, {args.sessions} sessions x {args.asks} asks:")
     for round_ in range(args.rounds):
-        name, dsn = _database(args.dsn)
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                rates = {
-                    "postgres": trio.run(broker_asks, dsn, args.sessions, args.asks),
-                    "sqlite": trio.run(
-                        broker_asks, Path(tmp) / "s.sqlite", args.sessions, args.asks
-                    ),
-                    "memory": trio.run(broker_asks, MemoryStore(), args.sessions, args.asks),
-                }
-        finally:
-            _drop(args.dsn, name)
+        with fresh_database(args.dsn, "bench_pg") as dsn, tempfile.TemporaryDirectory() as tmp:
+            rates = {
+                "postgres": trio.run(broker_asks, dsn, args.sessions, args.asks),
+                "sqlite": trio.run(broker_asks, Path(tmp) / "s.sqlite", args.sessions, args.asks),
+                "memory": trio.run(broker_asks, MemoryStore(), args.sessions, args.asks),
+            }
         shown = "  ".join(f"{k} {v:,.0f}/s" for k, v in rates.items())
         print(f"  round {round_ + 1}: {shown}")
         for key, value in rates.items():
             best[key] = max(best[key], value)
-    name, dsn = _database(args.dsn)
-    try:
+    with fresh_database(args.dsn, "bench_pg") as dsn:
         raw = raw_copy(dsn, args.sessions, args.asks)
+    with fresh_database(args.dsn, "bench_pg") as dsn:
         resumed, read = trio.run(resume_times, dsn, args.resume_events)
-    finally:
-        _drop(args.dsn, name)
     ratio = best["postgres"] / best["sqlite"]
     print(f"  best: postgres {best['postgres']:,.0f}/s, sqlite {best['sqlite']:,.0f}/s, "
           f"memory {best['memory']:,.0f}/s; raw psycopg COPY {raw:,.0f} asks/s")  # fmt: skip

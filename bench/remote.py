@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import secrets
 import subprocess
 import sys
 import time
-import urllib.parse
 from typing import Any
 
-MACHINE_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+from bench._postgres import SERVER, fresh_database, reachable
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -211,23 +208,6 @@ def _idle_cost(dsn: str, sessions: int) -> float:
     return float(done.stdout.split()[-1])
 
 
-def _database(server: str) -> tuple[str, str]:
-    import psycopg
-
-    name = f"bench_remote_{secrets.token_hex(4)}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urllib.parse.urlsplit(server)
-    return name, urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-
-
-def _drop(server: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def _line(label: str, values: list[float]) -> dict[str, Any]:
     p50, p99 = _pct(values, 0.5) * 1000, _pct(values, 0.99) * 1000
     print(f"  {label:<42} p50 {p50:7.3f} ms   p99 {p99:7.3f} ms   (n={len(values)})")
@@ -240,18 +220,17 @@ def main() -> int:
         sides[sys.argv[1]](sys.argv[2], int(sys.argv[3]))
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.remote", description=__doc__)
-    parser.add_argument("--dsn", default=os.environ.get("BROKER_BENCH_POSTGRES", MACHINE_DSN))
+    parser.add_argument("--dsn", default=SERVER)
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--quick", action="store_true", help="fewer rounds and sessions")
     args = parser.parse_args()
     rounds, sessions = (40, 200) if args.quick else (args.rounds, args.sessions)
-    try:
-        name, dsn = _database(args.dsn)
-    except Exception as exc:
-        print(f"bench.remote: skipped, no PostgreSQL server at the DSN: {exc}")
+    why = reachable(args.dsn)
+    if why is not None:
+        print(f"bench.remote: skipped, no PostgreSQL server at the DSN: {why}")
         return 0
-    try:
+    with fresh_database(args.dsn, "bench_remote") as dsn:
         print(f"answers from another process, PostgreSQL, {rounds} rounds each:")
         floor = _line("floor (INSERT+NOTIFY commit -> INSERT commit)", _floor(dsn, rounds))
         notify = _line("NOTIFY one-way", _notify(dsn, rounds))
@@ -269,8 +248,6 @@ def main() -> int:
         result = {"floor": floor, "notify": notify, "broker": broker, "ratio": ratio,
                   "idle_cpu_per_s": idle, "sessions": sessions}  # fmt: skip
         print(json.dumps(result))
-    finally:
-        _drop(args.dsn, name)
     return 0
 
 
