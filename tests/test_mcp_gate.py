@@ -29,13 +29,14 @@ class Peer:
     send: trio.testing.MemorySendStream
     recv: trio.testing.MemoryReceiveStream
     buf: bytearray = attrs.field(factory=bytearray)
+    wait: float = WAIT
 
     async def write(self, frame: bytes | dict[str, Any]) -> None:
         data = frame if isinstance(frame, bytes) else json.dumps(frame).encode()
         await self.send.send_all(data + b"\n")
 
     async def line(self) -> bytes:
-        with trio.fail_after(WAIT):
+        with trio.fail_after(self.wait):
             while b"\n" not in self.buf:
                 chunk = await self.recv.receive_some()
                 if not chunk:
@@ -87,7 +88,12 @@ class Wire:
 
 @asynccontextmanager
 async def gate(
-    rules: GateRules | None = None, *, max_line_bytes: int = 64 * 1024, deadline: float = 60
+    rules: GateRules | None = None,
+    *,
+    max_line_bytes: int = 64 * 1024,
+    deadline: float = 60,
+    server_deadline: float = 600,
+    wait: float = WAIT,
 ) -> AsyncIterator[Wire]:
     store = MemoryStore()
     client_send, client_in = trio.testing.memory_stream_one_way_pair()
@@ -106,6 +112,7 @@ async def gate(
                 upstream_out=upstream_out,
                 rules=rules,
                 deadline=deadline,
+                server_deadline=server_deadline,
                 max_line_bytes=max_line_bytes,
             )
             done.set()
@@ -113,11 +120,11 @@ async def gate(
         nursery.start_soon(run)
         wire = Wire(
             store=store,
-            client=Peer(client_send, client_recv),
-            server=Peer(upstream_send, upstream_recv),
+            client=Peer(client_send, client_recv, wait=wait),
+            server=Peer(upstream_send, upstream_recv, wait=wait),
             done=done,
         )
-        with trio.fail_after(WAIT * 2):
+        with trio.fail_after(wait * 2):
             yield wire
             if not done.is_set():
                 await wire.hang_up()
@@ -424,3 +431,33 @@ async def test_the_connection_ending_settles_held_calls_cancelled() -> None:
     ((_, decided),) = wire.pairs()
     assert decided.outcome is Outcome.CANCELLED
     assert wire.events()[-1].TYPE == "turn/end"
+
+
+async def test_a_request_the_server_leaves_unanswered_gets_an_error_and_is_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with gate(GateRules(allow=["read_*"]), server_deadline=30, wait=100) as wire:
+        await wire.client.write({"jsonrpc": "2.0", "id": 1, "method": "resources/list"})
+        await wire.server.line()
+        await trio.sleep(10)
+        await wire.client.write(call(2, "read_note", {}))
+        await wire.server.line()
+        start = trio.current_time()
+        first = await wire.client.message()
+        assert trio.current_time() - start == pytest.approx(20)
+        assert first["id"] == 1
+        assert first["error"]["message"] == (
+            "the MCP server did not answer within 30 seconds: the gate gave up on it "
+            "(see --server-deadline)"
+        )
+        assert json.loads(await wire.server.line())["params"]["requestId"] == 1
+        second = await wire.client.message()
+        assert second["id"] == 2
+        assert trio.current_time() - start == pytest.approx(30)
+        # A late answer is dropped: the client was told already.
+        await wire.server.write({"jsonrpc": "2.0", "id": 2, "result": {"content": []}})
+        await wire.client.write({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        await wire.server.line()  # the cancellation of 2
+        assert json.loads(await wire.server.line())["id"] == 3
+        await wire.server.write({"jsonrpc": "2.0", "id": 3, "result": {}})
+        assert (await wire.client.message())["id"] == 3

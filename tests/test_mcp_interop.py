@@ -11,13 +11,14 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
-from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client, types
 from mcp.client.context import ClientRequestContext
 
 from broker import Outcome
@@ -115,7 +116,8 @@ async def test_tools_list_is_the_servers_own(tmp_path: pathlib.Path) -> None:
             expected = (await direct.list_tools()).model_dump()
         async with through_gate(tmp_path, "--store", ":memory:") as gated:
             assert (await gated.list_tools()).model_dump() == expected
-    assert [tool["name"] for tool in expected["tools"]] == ["read_note", "write_note"]
+    names = [tool["name"] for tool in expected["tools"]]
+    assert names == ["read_note", "write_note", "hang_forever", "crash_now"]
 
 
 async def test_a_denied_call_never_reaches_the_server(tmp_path: pathlib.Path) -> None:
@@ -272,3 +274,31 @@ async def test_the_client_cancelling_a_waiting_call_withdraws_the_question(
     assert recorded(tmp_path) == []
     ((_, decided),) = audit_pairs(store, tmp_path / "export")
     assert decided["outcome"] == "cancelled"
+
+
+async def test_a_hung_server_gets_the_client_an_error_within_the_bound(
+    tmp_path: pathlib.Path,
+) -> None:
+    rules = rules_file(tmp_path, 'allow = ["hang_*", "read_*"]\n')
+    with trio.fail_after(TIMEOUT):
+        async with through_gate(
+            tmp_path, "--store", ":memory:", "--rules", rules, "--server-deadline", "2"
+        ) as gated:
+            start = time.monotonic()
+            with pytest.raises(MCPError, match=r"^the MCP server did not answer within 2 seconds"):
+                await gated.call_tool("hang_forever", {})
+            assert time.monotonic() - start < 10
+            # The server was told to stop, and the connection goes on.
+            assert not (await gated.call_tool("read_note", {"name": "a"})).is_error
+    assert [r["tool"] for r in recorded(tmp_path)] == ["hang_forever", "read_note"]
+
+
+async def test_a_server_that_crashes_mid_call_gets_the_client_an_error(
+    tmp_path: pathlib.Path,
+) -> None:
+    rules = rules_file(tmp_path, 'allow = ["crash_*"]\n')
+    with trio.fail_after(TIMEOUT):
+        async with through_gate(tmp_path, "--store", ":memory:", "--rules", rules) as gated:
+            with pytest.raises(MCPError, match=r"^the MCP server exited before answering"):
+                await gated.call_tool("crash_now", {})
+    assert [r["tool"] for r in recorded(tmp_path)] == ["crash_now"]

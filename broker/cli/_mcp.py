@@ -70,6 +70,13 @@ def register(sub: _Sub) -> None:
         help="seconds a tool call waits for an answer before it is refused (default 300)",
     )
     parser.add_argument(
+        "--server-deadline",
+        type=positive_seconds,
+        default=600.0,
+        help="seconds the server may take to answer a request before the client gets an "
+        "error and the request is cancelled upstream (default 600)",
+    )
+    parser.add_argument(
         "--no-remote-answers",
         action="store_true",
         help="do not wait for answers from another terminal (broker answer STORE ...)",
@@ -111,7 +118,15 @@ def run(args: argparse.Namespace) -> int:
         where = redact_dsn(store) if "://" in store else store
         print(f"broker mcp-gate: session log {where}", file=sys.stderr)
     return trio.run(
-        run_until_signalled, "mcp-gate", _serve, command, store, rules, remote, args.deadline
+        run_until_signalled,
+        "mcp-gate",
+        _serve,
+        command,
+        store,
+        rules,
+        remote,
+        args.deadline,
+        args.server_deadline,
     )
 
 
@@ -122,7 +137,12 @@ def _default_store() -> pathlib.Path:
 
 
 async def _serve(
-    command: list[str], store: str | None, rules: GateRules, remote: bool, deadline: float
+    command: list[str],
+    store: str | None,
+    rules: GateRules,
+    remote: bool,
+    deadline: float,
+    server_deadline: float,
 ) -> int:
     client_in = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     client_out = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
@@ -136,6 +156,7 @@ async def _serve(
                 rules=rules,
                 remote_answers=remote,
                 deadline=deadline,
+                server_deadline=server_deadline,
             )
         except (FileNotFoundError, PermissionError) as exc:
             raise CliError(

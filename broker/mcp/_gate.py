@@ -157,6 +157,15 @@ class _Held:
 
 
 @attrs.define(eq=False)
+class _Waiting:
+    """A client's request forwarded to the server, waiting for its response until
+    *deadline* (trio time)."""
+
+    request_id: object
+    deadline: float
+
+
+@attrs.define(eq=False)
 class _Ask:
     """One of the gate's own requests to the client, waiting for its response."""
 
@@ -176,14 +185,17 @@ class _Relay:
     upstream_out: trio.abc.SendStream
     deadline: float
     max_line_bytes: int
+    server_deadline: float
     to_client: trio.MemorySendChannel[bytes] = attrs.field(init=False)
     to_upstream: trio.MemorySendChannel[bytes] = attrs.field(init=False)
     _client_rx: trio.MemoryReceiveChannel[bytes] = attrs.field(init=False)
     _upstream_rx: trio.MemoryReceiveChannel[bytes] = attrs.field(init=False)
     #: id key -> the held call (tools/call waiting for the broker).
     held: dict[str, _Held] = attrs.field(init=False, factory=dict)
-    #: id key -> id of the client's requests the server has not answered yet.
-    upstream_pending: dict[str, object] = attrs.field(init=False, factory=dict)
+    #: id key -> the client's requests the server has not answered yet. Invariant: in
+    #: deadline order (every entry gets the same bound and is added at the end), so the
+    #: first entry is the next to expire.
+    upstream_pending: dict[str, _Waiting] = attrs.field(init=False, factory=dict)
     #: id keys of the server's requests the client has not answered yet.
     client_pending: set[str] = attrs.field(init=False, factory=set)
     #: id key -> the gate's own requests to the client.
@@ -192,6 +204,7 @@ class _Relay:
     upstream_gone: bool = attrs.field(init=False, default=False)
     closing: bool = attrs.field(init=False, default=False)
     _calls: trio.Nursery | None = attrs.field(init=False, default=None)
+    _forwarded: trio.Event = attrs.field(init=False, factory=trio.Event)
     _ask_ids: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
     _id_prefix: str = attrs.field(init=False, factory=lambda: GATE_ID_PREFIX + secrets.token_hex(8))
 
@@ -217,21 +230,58 @@ class _Relay:
                     async with trio.open_nursery() as readers:
                         readers.start_soon(self._read_client, readers.cancel_scope)
                         readers.start_soon(self._read_upstream, readers.cancel_scope)
+                        readers.start_soon(self._expire)
                     self.closing = True
                     for held in list(self.held.values()):
                         held.signal.abort("the MCP connection ended")
                 if self.upstream_gone:
-                    for request_id in self.upstream_pending.values():
+                    for waiting in self.upstream_pending.values():
                         self.send_nowait(
                             self.to_client,
                             error_response(
-                                request_id,
+                                waiting.request_id,
                                 _SERVER_ERROR,
                                 "the MCP server exited before answering: see its standard error",
                             ),
                         )
                     self.upstream_pending.clear()
             io.cancel_scope.deadline = trio.current_time() + DRAIN_GRACE
+
+    def _forward(self, key: str, request_id: object) -> None:
+        """Record a request about to be forwarded to the server (see ``upstream_pending``)."""
+        deadline = trio.current_time() + self.server_deadline
+        self.upstream_pending[key] = _Waiting(request_id=request_id, deadline=deadline)
+        self._forwarded.set()
+
+    async def _expire(self) -> None:
+        """Answer each request the server leaves unanswered past its deadline: the client
+        gets an error, the server ``notifications/cancelled``; a late response is dropped.
+        Runs beside the readers; ends with them (cancelled)."""
+        while True:
+            if not self.upstream_pending:
+                self._forwarded = trio.Event()
+                await self._forwarded.wait()
+                continue
+            key, waiting = next(iter(self.upstream_pending.items()))
+            if trio.current_time() < waiting.deadline:
+                await trio.sleep_until(waiting.deadline)
+                continue  # it may have been answered meanwhile: look again
+            del self.upstream_pending[key]
+            log.warning("the server did not answer request %s in time", key)
+            await self.to_client.send(
+                error_response(
+                    waiting.request_id,
+                    _SERVER_ERROR,
+                    f"the MCP server did not answer within {self.server_deadline:g} seconds: "
+                    "the gate gave up on it (see --server-deadline)",
+                )
+            )
+            cancelled = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": waiting.request_id, "reason": "no answer in time"},
+            }
+            await self.to_upstream.send(encode(cancelled))
 
     @staticmethod
     def send_nowait(channel: trio.MemorySendChannel[bytes], line: bytes) -> None:
@@ -348,7 +398,7 @@ class _Relay:
             return
         if method == "initialize":
             self.client_elicits = _advertises_form_elicitation(message.get("params"))
-        self.upstream_pending[key] = request_id
+        self._forward(key, request_id)
         await self.to_upstream.send(line + b"\n")
 
     async def _client_response(self, message: dict[str, Any], line: bytes) -> None:
@@ -460,7 +510,7 @@ class _Relay:
         # between, so a response or a reused id is never judged against a stale state.
         del self.held[key]
         if outcome is Outcome.ALLOWED_ONCE:
-            self.upstream_pending[key] = request_id
+            self._forward(key, request_id)
             await self._send(self.to_upstream, held.line)
         elif not held.withdrawn_by_client:
             await self._send(self.to_client, _refusal(request_id, held.name, outcome))
@@ -667,17 +717,25 @@ async def relay(
     rules: GateRules | None = None,
     remote_answers: bool = False,
     deadline: float = 300.0,
+    server_deadline: float = 600.0,
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> None:
     """Gate one MCP connection (module doc) in a new session of *broker*, until either side
     closes its stream; both output streams are closed on return.
 
     *remote_answers* races the store's answer board against elicitation; *deadline* bounds
-    the wait for each (seconds). Cancellation: held questions settle ``cancelled`` with their
-    audit pairs (the session's teardown), the streams are closed, ``Cancelled`` propagates.
+    the wait for each (seconds). A request forwarded to the server that it leaves unanswered
+    for *server_deadline* seconds is answered with an error (and cancelled upstream).
+
+    Cancellation: held questions settle ``cancelled`` with their audit pairs (the session's
+    teardown), the streams are closed, ``Cancelled`` propagates.
     """
     if not (0 < deadline <= 86400):
         raise ValueError(f"deadline must be between 0 and 86400 seconds, got {deadline!r}")
+    if not (0 < server_deadline <= 86400):
+        raise ValueError(
+            f"server_deadline must be between 0 and 86400 seconds, got {server_deadline!r}"
+        )
     if max_line_bytes < 1024:
         raise ValueError(f"max_line_bytes must be at least 1024, got {max_line_bytes!r}")
     async with broker.open_session() as session, session.turn():
@@ -689,6 +747,7 @@ async def relay(
             upstream_in=upstream_in,
             upstream_out=upstream_out,
             deadline=deadline,
+            server_deadline=server_deadline,
             max_line_bytes=max_line_bytes,
         )
         remote = broker.remote_answerer(deadline=deadline) if remote_answers else None

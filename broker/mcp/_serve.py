@@ -40,6 +40,7 @@ async def serve_mcp_gate(
     rules: GateRules | None = None,
     remote_answers: bool = False,
     deadline: float = 300.0,
+    server_deadline: float = 600.0,
 ) -> int | None:
     """Start *command* as the upstream MCP server and gate the connection between it and the
     client (:func:`broker.mcp.relay`) until either side closes; returns the server's exit
@@ -65,6 +66,7 @@ async def serve_mcp_gate(
             rules=rules,
             remote_answers=remote_answers,
             deadline=deadline,
+            server_deadline=server_deadline,
         )
     finally:
         with trio.CancelScope(shield=True):

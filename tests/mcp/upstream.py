@@ -1,6 +1,7 @@
 """The upstream MCP server of the gate tests: the official Python SDK's ``MCPServer`` on stdio
-with a read tool and a write tool. Every call that reaches a tool is appended to the record
-file (argv[1]) as one JSON line: the tool's name and its arguments as the server decoded them.
+with a read tool and a write tool, and one that hangs and one that crashes. Every call that
+reaches a tool is appended to the record file (argv[1]) as one JSON line: the tool's name and
+its arguments as the server decoded them.
 
     python -m tests.mcp.upstream RECORD_FILE
 """
@@ -8,9 +9,11 @@ file (argv[1]) as one JSON line: the tool's name and its arguments as the server
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 
 RECORD = pathlib.Path(sys.argv[1])
@@ -32,6 +35,19 @@ def read_note(name: str) -> str:
 def write_note(name: str, text: str) -> str:
     _record("write_note", {"name": name, "text": text})
     return f"wrote {len(text)} characters to {name}"
+
+
+@server.tool(description="Never answers (a hung server).")
+async def hang_forever() -> str:
+    _record("hang_forever", {})
+    await anyio.sleep(3600)
+    return "unreachable"
+
+
+@server.tool(description="Exits the server in the middle of the call (a crash).")
+def crash_now() -> str:
+    _record("crash_now", {})
+    os._exit(3)
 
 
 if __name__ == "__main__":
