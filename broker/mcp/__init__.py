@@ -1,12 +1,23 @@
 """The MCP gate (``broker mcp-gate``): a transparent stdio relay between an MCP client and an
-MCP server that asks the broker before any ``tools/call`` reaches the server."""
+MCP server that asks the broker before any ``tools/call`` reaches the server; and
+:class:`GatedTools`, the same question in front of an MCP client in your own process."""
 
 from __future__ import annotations
 
+from ._client import GatedTools as GatedTools
+from ._client import ToolCaller as ToolCaller
 from ._gate import refusal_text as refusal_text
 from ._gate import relay as relay
 from ._rules import GateRules as GateRules
 from ._rules import RulesError as RulesError
 from ._serve import serve_mcp_gate as serve_mcp_gate
 
-__all__ = ["GateRules", "RulesError", "refusal_text", "relay", "serve_mcp_gate"]
+__all__ = [
+    "GateRules",
+    "GatedTools",
+    "RulesError",
+    "ToolCaller",
+    "refusal_text",
+    "relay",
+    "serve_mcp_gate",
+]
