@@ -461,3 +461,15 @@ async def test_a_request_the_server_leaves_unanswered_gets_an_error_and_is_cance
         assert json.loads(await wire.server.line())["id"] == 3
         await wire.server.write({"jsonrpc": "2.0", "id": 3, "result": {}})
         assert (await wire.client.message())["id"] == 3
+
+
+async def test_a_refusal_on_the_stateless_revision_says_its_result_type() -> None:
+    envelope = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+    async with gate() as wire:
+        request = call(12, "write_note", {})
+        request["params"]["_meta"] = envelope
+        await wire.client.write(request)
+        expected = refused(12, "write_note", Outcome.UNAVAILABLE)
+        expected["result"]["resultType"] = "complete"
+        assert await wire.client.message() == expected
+        assert await wire.hang_up() == []

@@ -3,7 +3,8 @@ client, in this process under trio (the SDK runs on anyio), and as the upstream 
 (``tests/mcp/upstream.py``, an ``MCPServer`` with a read tool and a write tool that records
 every call that reaches it), over real stdio: the client starts
 ``python -m broker.cli mcp-gate … -- python -m tests.mcp.upstream RECORD``. The client speaks
-its handshake revision (``initialize``)."""
+its handshake revision (``initialize``, ``ClientSession``) and, where said, the stateless
+2026-07-28 revision (``server/discover``, a per-request envelope; the SDK's ``Client``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 import trio
-from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client, types
+from mcp import Client, ClientSession, MCPError, StdioServerParameters, stdio_client, types
 from mcp.client.context import ClientRequestContext
 
 from broker import Outcome
@@ -302,3 +303,30 @@ async def test_a_server_that_crashes_mid_call_gets_the_client_an_error(
             with pytest.raises(MCPError, match=r"^the MCP server exited before answering"):
                 await gated.call_tool("crash_now", {})
     assert [r["tool"] for r in recorded(tmp_path)] == ["crash_now"]
+
+
+@asynccontextmanager
+async def stateless_client(argv: Sequence[str]) -> AsyncIterator[Client]:
+    params = StdioServerParameters(command=argv[0], args=list(argv[1:]), cwd=str(ROOT))
+    async with Client(params) as client:
+        assert client.protocol_version == "2026-07-28"
+        yield client
+
+
+async def test_the_stateless_revision_passes_through_and_its_calls_are_gated(
+    tmp_path: pathlib.Path,
+) -> None:
+    rules = rules_file(tmp_path, 'allow = ["read_*"]\n')
+    gate = [sys.executable, "-m", "broker.cli", "mcp-gate", "--store", ":memory:"]
+    with trio.fail_after(TIMEOUT):
+        async with stateless_client(upstream_argv(tmp_path / "direct.jsonl")) as direct:
+            expected = (await direct.list_tools()).model_dump()
+        argv = [*gate, "--rules", rules, "--", *upstream_argv(tmp_path / "record.jsonl")]
+        async with stateless_client(argv) as gated:
+            assert (await gated.list_tools()).model_dump() == expected
+            allowed = await gated.call_tool("read_note", {"name": "a"})
+            refused = await gated.call_tool("write_note", {"name": "a", "text": "x"})
+    assert not allowed.is_error
+    assert refused.is_error
+    assert text_of(refused) == refusal_text("write_note", Outcome.UNAVAILABLE)
+    assert recorded(tmp_path) == [{"tool": "read_note", "arguments": {"name": "a"}}]

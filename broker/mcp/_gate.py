@@ -117,8 +117,25 @@ def refusal_text(name: str, outcome: Outcome) -> str:
     )
 
 
-def _refusal(request_id: object, name: str, outcome: Outcome) -> bytes:
-    result = {"content": [{"type": "text", "text": refusal_text(name, outcome)}], "isError": True}
+#: Where a 2026-07-28 request carries its protocol version (the per-request envelope).
+_VERSION_META_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+
+
+def _stateless(params: dict[str, Any]) -> bool:
+    """Whether a request speaks the stateless revision (2026-07-28 and later): its envelope
+    names a protocol version in ``_meta``."""
+    meta = params.get("_meta")
+    return isinstance(meta, dict) and isinstance(meta.get(_VERSION_META_KEY), str)
+
+
+def _refusal(request_id: object, name: str, outcome: Outcome, *, stateless: bool = False) -> bytes:
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": refusal_text(name, outcome)}],
+        "isError": True,
+    }
+    if stateless:
+        # The 2026-07-28 schema requires resultType; older clients may refuse unknown keys.
+        result["resultType"] = "complete"
     return encode({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
@@ -152,6 +169,7 @@ class _Held:
     request_id: object
     name: str
     line: bytes
+    stateless: bool
     signal: AbortSignal = attrs.field(factory=AbortSignal)
     withdrawn_by_client: bool = False
 
@@ -479,10 +497,12 @@ class _Relay:
             return
         if len(self.held) >= MAX_HELD or self.closing or self._calls is None:
             log.warning("refused tool call %s at once: %d calls are waiting", key, len(self.held))
-            await self._reply_client(_refusal(request_id, name, Outcome.UNAVAILABLE))
+            await self._reply_client(
+                _refusal(request_id, name, Outcome.UNAVAILABLE, stateless=_stateless(params))
+            )
             return
         line, shown = _canonical(message, arguments)
-        held = _Held(request_id=request_id, name=name, line=line)
+        held = _Held(request_id=request_id, name=name, line=line, stateless=_stateless(params))
         self.held[key] = held
         self._calls.start_soon(self._decide, key, held, shown)
         await trio.lowlevel.checkpoint()
@@ -513,7 +533,8 @@ class _Relay:
             self._forward(key, request_id)
             await self._send(self.to_upstream, held.line)
         elif not held.withdrawn_by_client:
-            await self._send(self.to_client, _refusal(request_id, held.name, outcome))
+            refusal = _refusal(request_id, held.name, outcome, stateless=held.stateless)
+            await self._send(self.to_client, refusal)
         else:
             await trio.lowlevel.checkpoint()
 
