@@ -401,14 +401,29 @@ class Broker:
             ) or MemoryBoard()
         return self._board
 
-    def remote_answerer(self, *, deadline: float | None = None) -> RemoteAnswerer:
+    def remote_answerer(
+        self, *, deadline: float | None = None, allow_always: bool = False
+    ) -> RemoteAnswerer:
         """An answerer that waits for an answer given on :attr:`board` (``broker answer``,
         :meth:`answer`, an inbox); register it like any other, usually last. A question
-        nobody answers within *deadline* seconds resolves ``unavailable``."""
-        return RemoteAnswerer(board=self.board, deadline=deadline)
+        nobody answers within *deadline* seconds resolves ``unavailable``. With
+        *allow_always* its questions offer "always allow" (a remembered grant of the tool on
+        the asking session, then ``allowed-once``)."""
+
+        async def remember(req: ApprovalRequest) -> object:
+            return await self.grant(req.agent.session, req.tool_name)
+
+        return RemoteAnswerer(
+            board=self.board, deadline=deadline, grant=remember if allow_always else None
+        )
 
     async def answer(
-        self, question_id: str, outcome: Outcome | str, *, by: str | None = None
+        self,
+        question_id: str,
+        outcome: Outcome | str,
+        *,
+        by: str | None = None,
+        always: bool = False,
     ) -> RemoteAnswer:
         """Answer a question waiting on :attr:`board`: ``allowed-once`` or ``rejected``.
 
@@ -416,10 +431,12 @@ class Broker:
         recorded when the question was answered already or is settled (abort, deadline, a
         local answerer), :class:`~broker.store.UnknownQuestionError` an id never put up.
         The asking broker still decides: a question withdrawn before it read the answer
-        settles ``cancelled``. Cancellation: the answer may or may not have been stored.
+        settles ``cancelled``. *always* (with ``allowed-once``) also remembers the tool on the
+        asking session, where the question offers it. Cancellation: the answer may or may not
+        have been stored.
         """
         value = check_answer(outcome, by)
-        return await self.board.answer(question_id, value, by)
+        return await self.board.answer(question_id, value, by, always=always)
 
     async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
         """The questions waiting on :attr:`board` (of *session_id*, if given), oldest first.

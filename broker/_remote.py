@@ -19,6 +19,11 @@ so a later answer is refused naming it.
 
 A question asked with a ``deadline`` (seconds) that nobody answers in time resolves
 ``unavailable`` (fail closed) and is retired as such.
+
+With a ``grant`` (``broker.remote_answerer(allow_always=True)``) the question offers "always
+allow": such an answer first remembers the tool on the asking session (``approval/grant``,
+spec 6), then answers ``allowed-once``. Without one, an always-allow answer is refused by the
+board, so nothing promises what the asker cannot honour.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -72,6 +78,7 @@ class RemoteAnswerer:
     board: AnswerBoard
     owner: str = attrs.field(factory=process_owner)
     deadline: float | None = attrs.field(default=None, validator=_check_deadline)
+    grant: Callable[[ApprovalRequest], Awaitable[object]] | None = None
 
     async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
         question = current_question()
@@ -91,11 +98,14 @@ class RemoteAnswerer:
             asked_at_ms=now_ms,
             owner=self.owner,
             deadline_ms=deadline_ms,
+            offers_always=self.grant is not None,
         )
         # Registered before publishing: whatever happens from here, the board learns the end.
         question.hooks.append(lambda outcome: self.board.retire(question.id, outcome))
         await self.board.publish(pending)
         with trio.move_on_after(self.deadline if self.deadline is not None else math.inf):
             answer = await self.board.wait_answer(question.id)
+            if answer.always and self.grant is not None:
+                await self.grant(req)  # remembered before the allow is recorded
             return Answer(outcome=answer.outcome, by=answer.by)
         return Outcome.UNAVAILABLE

@@ -1,7 +1,7 @@
 """Process A of the cross-process answer tests: a broker on a store that asks one question
 through its remote answerer and prints what it decided.
 
-Usage: python -m tests.remote_asker STORE [--abort-on-stdin] [--reason TEXT]
+Usage: python -m tests.remote_asker STORE [--abort-on-stdin] [--reason TEXT] [--allow-always]
 
 Prints one JSON line ``{"session": ID}`` once the session is open, then ``{"outcome": ...,
 "answeredBy": ..., "id": ...}`` once the question is decided. With ``--abort-on-stdin`` a line
@@ -18,10 +18,11 @@ import trio
 from broker import AbortSignal, ApprovalRequest, open_broker
 
 
-async def main(store: str, abort_on_stdin: bool, reason: str) -> None:
+async def main(store: str, abort_on_stdin: bool, reason: str, always: bool) -> None:
     signal = AbortSignal()
     async with open_broker(store=store) as broker:
-        async with broker.answerer(broker.remote_answerer()), broker.open_session() as session:
+        remote = broker.remote_answerer(allow_always=always)
+        async with broker.answerer(remote), broker.open_session() as session:
             print(json.dumps({"session": session.id}), flush=True)  # noqa: T201
             async with session.turn(), trio.open_nursery() as nursery:
                 if abort_on_stdin:
@@ -56,4 +57,4 @@ async def main(store: str, abort_on_stdin: bool, reason: str) -> None:
 if __name__ == "__main__":
     extra = sys.argv[2:]
     given = extra[extra.index("--reason") + 1] if "--reason" in extra else "rm -rf build"
-    trio.run(main, sys.argv[1], "--abort-on-stdin" in extra, given)
+    trio.run(main, sys.argv[1], "--abort-on-stdin" in extra, given, "--allow-always" in extra)

@@ -172,3 +172,56 @@ async def test_the_caller_cancelled_retires_the_question_cancelled(
     status = await approval_broker.board.status(qid)
     assert status is not None
     assert status.settled is Outcome.CANCELLED
+
+
+async def test_always_allow_remembers_the_tool_where_the_asker_offers_it(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    decisions = []
+    async with approval_broker.answerer(approval_broker.remote_answerer(allow_always=True)):
+        with trio.fail_after(5):
+            async with approval_session.turn(), trio.open_nursery() as nursery:
+
+                async def asker() -> None:
+                    decisions.append(await approval_broker.request_decision(ask(approval_session)))
+
+                nursery.start_soon(asker)
+                (qid,) = await wait_pending(approval_broker)
+                (question,) = await approval_broker.pending()
+                assert question.offers_always
+                with pytest.raises(ValueError, match=r"^always must only be given with allowed"):
+                    await approval_broker.answer(qid, "rejected", always=True)
+                await approval_broker.answer(qid, "allowed-once", by="alice", always=True)
+            # Remembered: the next ask of that tool is allowed without a question on the board.
+            async with approval_session.turn():
+                again = await approval_broker.request_decision(ask(approval_session))
+    assert decisions[0].outcome is Outcome.ALLOWED_ONCE
+    assert decisions[0].answered_by == "alice"
+    assert again.outcome is Outcome.ALLOWED_ONCE
+    assert again.remembered
+    types = [e.TYPE for e in log_of(approval_broker, approval_session)]
+    assert types[:5] == [
+        "turn/start",
+        "approval/asked",
+        "approval/grant",
+        "approval/decided",
+        "turn/end",
+    ]
+
+
+async def test_always_allow_is_refused_where_the_asker_cannot_honour_it(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    async with approval_broker.answerer(approval_broker.remote_answerer()):
+        with trio.fail_after(5):
+            async with approval_session.turn(), trio.open_nursery() as nursery:
+                nursery.start_soon(approval_broker.request, ask(approval_session))
+                (qid,) = await wait_pending(approval_broker)
+                with pytest.raises(ValueError, match=r"does not offer always-allow") as info:
+                    await approval_broker.answer(qid, "allowed-once", always=True)
+                await approval_broker.answer(qid, "rejected")
+    assert str(info.value) == (
+        f"question {qid!r} does not offer always-allow (its asker cannot remember a grant): "
+        "answer allowed-once or rejected"
+    )
+    assert not any(e.TYPE == "approval/grant" for e in log_of(approval_broker, approval_session))

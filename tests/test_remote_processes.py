@@ -266,3 +266,22 @@ def test_control_characters_and_markup_are_stored_as_given_and_shown_escaped(
     timeline = broker("log", "show", str(store), session).stdout
     assert "\x1b" not in timeline
     assert "by eve\\x1b[31m" in timeline
+
+
+def test_always_from_the_cli_remembers_the_tool_where_offered(store: str) -> None:
+    with asker(store, "--allow-always") as a:
+        (row,) = wait_pending(store)
+        answered = broker("answer", store, row["id"], "always", "--by", "alice")
+        assert answered.returncode == 0, answered.stderr
+        assert answered.stdout == f"question {row['id']}: allowed-once by alice\n"
+        assert decision_of(a)["outcome"] == "allowed-once"
+    session = row["session"]
+    timeline = broker("log", "show", store, session).stdout
+    assert "grant   tool bash" in timeline
+    with asker(store) as b:  # no always-allow offered here
+        (row,) = wait_pending(store)
+        refused = broker("answer", store, row["id"], "always")
+        assert refused.returncode == 2
+        assert "does not offer always-allow" in refused.stderr
+        assert broker("answer", store, row["id"], "reject").returncode == 0
+        assert decision_of(b)["outcome"] == "rejected"

@@ -133,9 +133,12 @@ class _Updates(LoopObserver):
         self.calls[call.id] = call
         await self._send(tool_call_started(call))
 
-    async def on_unfinished(self, call_id: str, turn_end: str) -> None:
-        """Tell the client that *call_id* ended without a result (its turn ended *turn_end*)."""
-        await self._send(tool_call_finished(call_id, unfinished_text(turn_end), True))
+    async def on_unfinished_calls(self, call_ids: list[str], turn_end: str) -> None:
+        """Tell the client that each of *call_ids* ended without a result (its turn ended
+        *turn_end*). Cancellation: the calls not told yet are not."""
+        await trio.lowlevel.checkpoint()
+        for call_id in call_ids:
+            await self._send(tool_call_finished(call_id, unfinished_text(turn_end), True))
 
     async def on_tool_result(self, call: RuntimeToolCall, result: ToolResult) -> None:
         self.calls.pop(call.id, None)
@@ -276,7 +279,8 @@ class AcpAgent:
         if self.composition.remote_answers:
             # The client and anyone on the store's answer board race; the first answer wins
             # and the client's request is withdrawn ($/cancel_request).
-            await session.start_answerer(first_answer(answerer, self.broker.remote_answerer()))
+            remote = self.broker.remote_answerer(allow_always=self.composition.allow_always)
+            await session.start_answerer(first_answer(answerer, remote))
         else:
             await session.start_answerer(answerer)
         self.sessions[session.id] = _AcpSession(session=session, loop=loop, calls=updates.calls)
@@ -321,8 +325,7 @@ class AcpAgent:
             updates = acp.loop.observer
             if unfinished and isinstance(updates, _Updates):
                 with trio.CancelScope(shield=True), trio.move_on_after(_UNFINISHED_GRACE):
-                    for call_id in unfinished:
-                        await updates.on_unfinished(call_id, "cancelled")
+                    await updates.on_unfinished_calls(unfinished, "cancelled")
         return to_wire(PromptResponse(stop_reason=_STOP[result.stop_reason]))
 
     def _cancel(self, params: Any) -> None:

@@ -5,6 +5,7 @@ examples:
   broker pending logs/sessions.sqlite --session ID --json
   broker answer logs/sessions.sqlite 7f3c… allow --by alice
   broker answer logs/sessions.sqlite 7f3c… reject --by alice
+  broker answer logs/sessions.sqlite 7f3c… always --by alice   (where the question offers it)
 
 A question waits here when the asking broker has a remote answerer in its waterfall
 (broker.remote_answerer() in the library). The first answer wins; the asking broker decides,
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-_VERBS = {"allow": Outcome.ALLOWED_ONCE, "reject": Outcome.REJECTED}
+_VERBS = {"allow": Outcome.ALLOWED_ONCE, "reject": Outcome.REJECTED, "always": Outcome.ALLOWED_ONCE}
 #: How often ``broker answer`` looks whether its answer settled the question.
 _SETTLE_POLL = 0.05
 
@@ -63,7 +64,12 @@ def register(sub: _Sub) -> None:
     )
     answer.add_argument("store", help="the store: a file path, sqlite:///PATH")
     answer.add_argument("question_id", help="the question's id (broker pending lists them)")
-    answer.add_argument("verb", choices=sorted(_VERBS), help="allow once, or reject")
+    answer.add_argument(
+        "verb",
+        choices=sorted(_VERBS),
+        help="allow (once), reject, or always (allow, and remember the tool for the session, "
+        "where the question offers it)",
+    )
     answer.add_argument("--by", help="who answers (recorded as answeredBy)")
     answer.add_argument(
         "--wait",
@@ -124,7 +130,8 @@ def run_answer(args: argparse.Namespace) -> int:
         raise CliError(f"--wait must be between 0 and 3600 seconds, got {args.wait}")
     outcome = _VERBS[args.verb]
     board = board_for(args.store)
-    settled = trio.run(_answer, board, args.question_id, outcome, args.by, args.wait)
+    always = args.verb == "always"
+    settled = trio.run(_answer, board, args.question_id, outcome, args.by, args.wait, always)
     shown = printable(args.question_id)
     if settled is None:
         print(
@@ -152,11 +159,16 @@ async def _pending(board: AnswerBoard, session_id: str | None) -> list[PendingQu
 
 
 async def _answer(
-    board: AnswerBoard, question_id: str, outcome: Outcome, by: str | None, wait: float
+    board: AnswerBoard,
+    question_id: str,
+    outcome: Outcome,
+    by: str | None,
+    wait: float,
+    always: bool,
 ) -> QuestionStatus | None:
     try:
         try:
-            await board.answer(question_id, outcome, by)
+            await board.answer(question_id, outcome, by, always=always)
         except ValueError as exc:
             raise CliError(str(exc)) from exc
         with trio.move_on_after(wait):

@@ -85,6 +85,8 @@ class AnswerBody:
     id: str
     outcome: str
     by: str
+    #: Allow and remember the tool for the session (only where the question offers it).
+    always: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -44,6 +44,7 @@ __all__ = [
     "QuestionStatus",
     "RemoteAnswer",
     "UnknownQuestionError",
+    "check_always",
     "check_answer",
 ]
 
@@ -91,16 +92,20 @@ class PendingQuestion:
     asked_at_ms: int
     owner: str
     deadline_ms: int | None = None
+    #: The asker can honour "always allow" (a remembered grant of the tool on the session).
+    offers_always: bool = False
 
 
 @attrs.frozen(kw_only=True)
 class RemoteAnswer:
-    """The first answer given to a question on the board."""
+    """The first answer given to a question on the board; ``always`` asks the asker to
+    remember the tool for the session too (only where the question offers it)."""
 
     question_id: str
     outcome: Outcome
     by: str | None = None
     answered_at_ms: int
+    always: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -110,6 +115,20 @@ class QuestionStatus:
     question: PendingQuestion
     answer: RemoteAnswer | None = None
     settled: Outcome | None = None
+
+
+def check_always(question: PendingQuestion, outcome: Outcome, always: bool) -> None:
+    """ValueError unless *always* is off, or on with ``allowed-once`` for a question that
+    offers it."""
+    if always and outcome is not Outcome.ALLOWED_ONCE:
+        raise ValueError(
+            "always must only be given with allowed-once: always-allow remembers an allow"
+        )
+    if always and not question.offers_always:
+        raise ValueError(
+            f"question {question.id!r} does not offer always-allow (its asker cannot remember "
+            "a grant): answer allowed-once or rejected"
+        )
 
 
 def check_answer(outcome: object, by: object) -> Outcome:
@@ -158,12 +177,16 @@ class AnswerBoard(Protocol):
         """
         ...
 
-    async def answer(self, question_id: str, outcome: Outcome, by: str | None) -> RemoteAnswer:
-        """Give the first answer to *question_id*; return it once durable.
+    async def answer(
+        self, question_id: str, outcome: Outcome, by: str | None, *, always: bool = False
+    ) -> RemoteAnswer:
+        """Give the first answer to *question_id*; return it once durable. *always* (with
+        ``allowed-once``, where the question offers it) asks the asker to remember the tool.
 
         Raises :class:`AnswerRefusedError` (naming what was recorded) when the question was
         answered already or is settled, :class:`UnknownQuestionError` for an id never put up,
-        ``ValueError`` for an outcome other than allowed-once/rejected or a bad *by*.
+        ``ValueError`` for an outcome other than allowed-once/rejected, a bad *by*, or
+        *always* where it is not offered.
         Cancellation: the answer may or may not have been stored; :meth:`status` tells.
         """
         ...

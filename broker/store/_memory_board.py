@@ -19,6 +19,7 @@ from ._board import (
     QuestionStatus,
     RemoteAnswer,
     UnknownQuestionError,
+    check_always,
     check_answer,
 )
 
@@ -116,7 +117,9 @@ class MemoryBoard:
         while len(self._settled_order) > self.keep_settled:
             self._entries.pop(self._settled_order.popleft(), None)
 
-    async def answer(self, question_id: str, outcome: Outcome, by: str | None) -> RemoteAnswer:
+    async def answer(
+        self, question_id: str, outcome: Outcome, by: str | None, *, always: bool = False
+    ) -> RemoteAnswer:
         """Give the first answer. Cancellation: a plain checkpoint, before anything changes."""
         value = check_answer(outcome, by)
         await trio.lowlevel.checkpoint()
@@ -125,8 +128,9 @@ class MemoryBoard:
         if refused is not None:
             raise refused
         assert entry is not None
+        check_always(entry.question, value, always)
         entry.answer = RemoteAnswer(
-            question_id=question_id, outcome=value, by=by, answered_at_ms=_now_ms()
+            question_id=question_id, outcome=value, by=by, answered_at_ms=_now_ms(), always=always
         )
         entry.answered.set()
         return entry.answer

@@ -62,7 +62,16 @@ function card(q) {
   allow.type = reject.type = "button";
   allow.addEventListener("click", () => answer(q.id, "allowed-once"));
   reject.addEventListener("click", () => answer(q.id, "rejected"));
-  actions.append(allow, reject, text("span", "result", ""));
+  actions.append(allow);
+  if (q.offersAlways) {
+    // Only where the asker can honour it: it remembers the tool for the session.
+    const always = text("button", "always", "Always allow");
+    always.type = "button";
+    always.title = `allow, and remember ${q.toolName} for this session`;
+    always.addEventListener("click", () => answer(q.id, "allowed-once", true));
+    actions.append(always);
+  }
+  actions.append(reject, text("span", "result", ""));
   li.append(head, facts, actions);
   return li;
 }
@@ -127,7 +136,7 @@ function change(data) {
   tick();
 }
 
-async function answer(id, outcome) {
+async function answer(id, outcome, always = false) {
   const entry = cards.get(id);
   if (!entry) return;
   const result = entry.card.querySelector(".result");
@@ -147,7 +156,7 @@ async function answer(id, outcome) {
     const response = await fetch("/api/answer", {
       method: "POST",
       headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
-      body: JSON.stringify({ id, outcome, by }),
+      body: JSON.stringify(always ? { id, outcome, by, always } : { id, outcome, by }),
       credentials: "same-origin",
     });
     status = response.status;

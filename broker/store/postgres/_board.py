@@ -46,6 +46,7 @@ from .._board import (
     PendingQuestion,
     QuestionStatus,
     RemoteAnswer,
+    check_always,
     check_answer,
 )
 from .._memory_board import refusal
@@ -73,14 +74,15 @@ _DDL = (
         question_id text PRIMARY KEY,
         outcome text NOT NULL,
         answered_by text,
-        answered_ms bigint NOT NULL
+        answered_ms bigint NOT NULL,
+        always boolean NOT NULL DEFAULT false
     )""",
 )
 #: A question, its answer and the outcome the log decided it as, in one round trip. Only the
 #: session's events written since the question was put up (a minute of clock slack; the asker
 #: writes both stamps, with one clock) are parsed, not the session's whole history.
 _STATUS = (
-    "SELECT q.question, a.question_id, a.outcome, a.answered_by, a.answered_ms, "
+    "SELECT q.question, a.question_id, a.outcome, a.answered_by, a.answered_ms, a.always, "
     "(SELECT e.line::jsonb->'data'->>'outcome' FROM {s}.events e "
     "WHERE e.session_id = q.session_id AND e.ts_ms >= q.asked_ms - 60000 "
     "AND e.line::jsonb->>'type' = 'approval/decided' "
@@ -95,9 +97,10 @@ _ANSWER = (
     "AND NOT EXISTS (SELECT 1 FROM {s}.board_answers a WHERE a.question_id = q.id) "
     "AND NOT EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = q.session_id "
     "AND e.ts_ms >= q.asked_ms - 60000 AND e.line::jsonb->>'type' = 'approval/decided' "
-    "AND e.line::jsonb->'data'->>'id' = q.id)), "
-    "stored AS (INSERT INTO {s}.board_answers (question_id, outcome, answered_by, answered_ms) "
-    "SELECT id, %(outcome)s, %(by)s, %(at)s FROM open "
+    "AND e.line::jsonb->'data'->>'id' = q.id) "
+    "AND (NOT %(always)s OR (q.question::jsonb->>'offersAlways')::boolean IS TRUE)), "
+    "stored AS (INSERT INTO {s}.board_answers (question_id, outcome, answered_by, answered_ms, "
+    "always) SELECT id, %(outcome)s, %(by)s, %(at)s, %(always)s FROM open "
     "ON CONFLICT (question_id) DO NOTHING RETURNING question_id) "
     "SELECT pg_notify(%(channel)s, %(payload)s) FROM stored"
 )
@@ -117,9 +120,13 @@ def _table_exists(conn: Connection[Any], schema: str, name: str) -> bool:
 
 
 def _answer_from(row: tuple[Any, ...]) -> RemoteAnswer:
-    question_id, outcome, by, at_ms = row
+    question_id, outcome, by, at_ms, always = row
     return RemoteAnswer(
-        question_id=str(question_id), outcome=Outcome(outcome), by=by, answered_at_ms=int(at_ms)
+        question_id=str(question_id),
+        outcome=Outcome(outcome),
+        by=by,
+        answered_at_ms=int(at_ms),
+        always=bool(always),
     )
 
 
@@ -219,10 +226,12 @@ class PostgresBoard:
                 id=question_id, session_id="", agent="", tool_name="?", asked_at_ms=0, owner=""
             )
             return QuestionStatus(question=stub, settled=Outcome(decided[0]))
-        text, answered_id, outcome, by, at_ms, decided_as = row
+        text, answered_id, outcome, by, at_ms, always, decided_as = row
         question = converter.structure(json.loads(text), PendingQuestion)
         answer = (
-            _answer_from((answered_id, outcome, by, at_ms)) if answered_id is not None else None
+            _answer_from((answered_id, outcome, by, at_ms, always))
+            if answered_id is not None
+            else None
         )
         settled = Outcome(decided_as) if decided_as is not None else None
         return QuestionStatus(question=question, answer=answer, settled=settled)
@@ -248,16 +257,26 @@ class PostgresBoard:
         reads it from there (module doc). Cancellation: a plain checkpoint."""
         await trio.lowlevel.checkpoint()
 
-    async def answer(self, question_id: str, outcome: Outcome, by: str | None) -> RemoteAnswer:
+    async def answer(
+        self, question_id: str, outcome: Outcome, by: str | None, *, always: bool = False
+    ) -> RemoteAnswer:
         """Give the first answer, atomically, and notify the asker (module doc).
         Cancellation: waits for the transaction."""
         value = check_answer(outcome, by)
+        if always and value is not Outcome.ALLOWED_ONCE:
+            raise ValueError(
+                "always must only be given with allowed-once: always-allow remembers an allow"
+            )
 
         def write(conn: Connection[Any]) -> RemoteAnswer:
             answer = RemoteAnswer(
-                question_id=question_id, outcome=value, by=by, answered_at_ms=wall_clock_ms()
+                question_id=question_id,
+                outcome=value,
+                by=by,
+                answered_at_ms=wall_clock_ms(),
+                always=always,
             )
-            payload = json.dumps([question_id, value.value, by, answer.answered_at_ms])
+            payload = json.dumps([question_id, value.value, by, answer.answered_at_ms, always])
             stored = None
             if self._has_board(conn):
                 # The usual case in one statement: stored (and notified) only if the question is
@@ -271,10 +290,14 @@ class PostgresBoard:
                         "at": answer.answered_at_ms,
                         "channel": self.channel,
                         "payload": payload,
+                        "always": always,
                     },
                 ).fetchone()
             if stored is None:
-                refused = refusal(question_id, self._status(conn, question_id))
+                status = self._status(conn, question_id)
+                refused = refusal(question_id, status)
+                if refused is None and status is not None:
+                    check_always(status.question, value, always)  # the one other reason
                 # Not stored and not refusable: answered and decided in between; say so.
                 raise refused or AnswerRefusedError(
                     f"question {question_id!r} was answered or settled meanwhile: retry to see "
@@ -409,10 +432,14 @@ class PostgresBoard:
             pgconn.consume_input()  # raises OperationalError on a lost connection
             while (notify := pgconn.notifies()) is not None:
                 try:
-                    qid, outcome, by, at_ms = json.loads(notify.extra)
+                    qid, outcome, by, at_ms, always = json.loads(notify.extra)
                     self._deliver(
                         RemoteAnswer(
-                            question_id=qid, outcome=Outcome(outcome), by=by, answered_at_ms=at_ms
+                            question_id=qid,
+                            outcome=Outcome(outcome),
+                            by=by,
+                            answered_at_ms=at_ms,
+                            always=bool(always),
                         )
                     )
                 except (ValueError, TypeError):
@@ -429,7 +456,7 @@ class PostgresBoard:
                 return []
             rows = conn.execute(
                 self._q(
-                    "SELECT question_id, outcome, answered_by, answered_ms FROM "
+                    "SELECT question_id, outcome, answered_by, answered_ms, always FROM "
                     "{s}.board_answers WHERE question_id = ANY(%s)"
                 ),
                 (ids,),

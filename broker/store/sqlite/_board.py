@@ -35,7 +35,13 @@ import trio
 
 from ..._codec import converter, register_wire_type
 from ..._vocabulary import Outcome
-from .._board import PendingQuestion, QuestionStatus, RemoteAnswer, check_answer
+from .._board import (
+    PendingQuestion,
+    QuestionStatus,
+    RemoteAnswer,
+    check_always,
+    check_answer,
+)
 from .._memory_board import refusal
 from .._protocol import StoreError
 from .._requests import wall_clock_ms
@@ -76,10 +82,14 @@ def _question_from(text: str) -> PendingQuestion:
     return converter.structure(json.loads(text), PendingQuestion)
 
 
-def _answer_from(row: tuple[str, str, str | None, int]) -> RemoteAnswer:
-    question_id, outcome, by, at_ms = row
+def _answer_from(row: tuple[str, str, str | None, int, int]) -> RemoteAnswer:
+    question_id, outcome, by, at_ms, always = row
     return RemoteAnswer(
-        question_id=question_id, outcome=Outcome(outcome), by=by, answered_at_ms=at_ms
+        question_id=question_id,
+        outcome=Outcome(outcome),
+        by=by,
+        answered_at_ms=at_ms,
+        always=bool(always),
     )
 
 
@@ -104,7 +114,7 @@ def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None
         _DECIDED_IN_SESSION, (question.session_id, question.asked_at_ms, question_id)
     ).fetchone()
     answer_row = conn.execute(
-        "SELECT question_id, outcome, answered_by, answered_ms FROM board_answers "
+        "SELECT question_id, outcome, answered_by, answered_ms, always FROM board_answers "
         "WHERE question_id = ?",
         (question_id,),
     ).fetchone()
@@ -180,23 +190,32 @@ class SqliteBoard:
         reads it from there (module doc). Cancellation: a plain checkpoint."""
         await trio.lowlevel.checkpoint()
 
-    async def answer(self, question_id: str, outcome: Outcome, by: str | None) -> RemoteAnswer:
+    async def answer(
+        self, question_id: str, outcome: Outcome, by: str | None, *, always: bool = False
+    ) -> RemoteAnswer:
         """Give the first answer, atomically (module doc). Cancellation: waits for the write."""
         value = check_answer(outcome, by)
 
         def write(conn: sqlite3.Connection) -> RemoteAnswer:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                refused = refusal(question_id, _status(conn, question_id))
+                status = _status(conn, question_id)
+                refused = refusal(question_id, status)
                 if refused is not None:
                     raise refused
+                assert status is not None
+                check_always(status.question, value, always)
                 answer = RemoteAnswer(
-                    question_id=question_id, outcome=value, by=by, answered_at_ms=wall_clock_ms()
+                    question_id=question_id,
+                    outcome=value,
+                    by=by,
+                    answered_at_ms=wall_clock_ms(),
+                    always=always,
                 )
                 conn.execute(
-                    "INSERT INTO board_answers (question_id, outcome, answered_by, answered_ms) "
-                    "VALUES (?, ?, ?, ?)",
-                    (question_id, value.value, by, answer.answered_at_ms),
+                    "INSERT INTO board_answers (question_id, outcome, answered_by, answered_ms, "
+                    "always) VALUES (?, ?, ?, ?, ?)",
+                    (question_id, value.value, by, answer.answered_at_ms, int(always)),
                 )
                 conn.execute("COMMIT")
             except BaseException:
@@ -282,8 +301,8 @@ class SqliteBoard:
                 found += [
                     _answer_from(row)
                     for row in conn.execute(
-                        "SELECT question_id, outcome, answered_by, answered_ms FROM board_answers "
-                        f"WHERE question_id IN ({marks})",
+                        "SELECT question_id, outcome, answered_by, answered_ms, always "
+                        f"FROM board_answers WHERE question_id IN ({marks})",
                         chunk,
                     )
                 ]

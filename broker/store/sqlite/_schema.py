@@ -84,7 +84,8 @@ BOARD_DDL = (
         question_id TEXT PRIMARY KEY NOT NULL,
         outcome TEXT NOT NULL,
         answered_by TEXT,
-        answered_ms INTEGER NOT NULL
+        answered_ms INTEGER NOT NULL,
+        always INTEGER NOT NULL DEFAULT 0
     )""",
 )
 
