@@ -285,3 +285,45 @@ def test_always_from_the_cli_remembers_the_tool_where_offered(store: str) -> Non
         assert "does not offer always-allow" in refused.stderr
         assert broker("answer", store, row["id"], "reject").returncode == 0
         assert decision_of(b)["outcome"] == "rejected"
+
+
+def test_an_answer_after_a_takeover_is_refused_naming_what_recovery_recorded(
+    postgres_dsn: str,
+) -> None:
+    """PostgreSQL: the asking process dies with its question on the board; another process
+    takes the session over (the lease expired), which closes the crash tail; an answer then is
+    refused naming `cancelled`, never stored for nobody."""
+    psycopg = pytest.importorskip("psycopg")
+    import signal as signals
+
+    import trio
+
+    from broker import open_broker
+
+    with asker(postgres_dsn) as a:
+        (row,) = wait_pending(postgres_dsn)
+        a.send_signal(signals.SIGKILL)
+        a.wait(TIMEOUT)
+    # Its lease runs out (made so with SQL, as a paused owner's would).
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(
+            "UPDATE broker.sessions SET lease_expires_ms = 0 WHERE id = %s", (row["session"],)
+        )
+    # Still listed: its owner is gone, but nothing has recorded a decision yet.
+    assert [q["id"] for q in json.loads(broker("pending", postgres_dsn, "--json").stdout)] == [
+        row["id"]
+    ]
+
+    async def take_over() -> None:
+        async with open_broker(store=postgres_dsn) as b, b.open_session(resume=row["session"]):
+            pass
+
+    trio.run(take_over)
+    assert broker("pending", postgres_dsn, "--json").stdout == "[]\n"
+    refused = broker("answer", postgres_dsn, row["id"], "allow")
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"broker answer: question {row['id']!r} is no longer pending: it was settled as cancelled\n"
+    )
+    verified = broker("log", "verify", postgres_dsn)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
