@@ -473,3 +473,22 @@ async def test_a_refusal_on_the_stateless_revision_says_its_result_type() -> Non
         expected["result"]["resultType"] = "complete"
         assert await wire.client.message() == expected
         assert await wire.hang_up() == []
+
+
+async def test_what_the_server_sends_that_cannot_be_read_is_dropped_and_serving_goes_on() -> None:
+    async with gate(GateRules(allow=["read_*"]), max_line_bytes=2048) as wire:
+        await wire.client.write(call(13, "read_note", {}))
+        await wire.server.line()
+        for junk in (
+            b"x" * 5000,
+            b"{not json",
+            b'[{"jsonrpc":"2.0","id":13,"result":{}}]',
+            b'{"jsonrpc":"2.0","id":13,"id":14,"result":{}}',
+            b'"a string"',
+            b'{"jsonrpc":"2.0","id":13}',
+        ):
+            await wire.server.write(junk)
+        answer = b'{"jsonrpc":"2.0","id":13,"result":{"content":[]}}'
+        await wire.server.write(answer)
+        assert await wire.client.line() == answer  # the first thing the client hears
+        assert await wire.hang_up() == []

@@ -118,7 +118,7 @@ async def test_tools_list_is_the_servers_own(tmp_path: pathlib.Path) -> None:
         async with through_gate(tmp_path, "--store", ":memory:") as gated:
             assert (await gated.list_tools()).model_dump() == expected
     names = [tool["name"] for tool in expected["tools"]]
-    assert names == ["read_note", "write_note", "hang_forever", "crash_now"]
+    assert names == ["read_note", "write_note", "ask_user", "hang_forever", "crash_now"]
 
 
 async def test_a_denied_call_never_reaches_the_server(tmp_path: pathlib.Path) -> None:
@@ -330,3 +330,29 @@ async def test_the_stateless_revision_passes_through_and_its_calls_are_gated(
     assert refused.is_error
     assert text_of(refused) == refusal_text("write_note", Outcome.UNAVAILABLE)
     assert recorded(tmp_path) == [{"tool": "read_note", "arguments": {"name": "a"}}]
+
+
+async def test_the_servers_own_elicitation_passes_through_after_the_gates(
+    tmp_path: pathlib.Path,
+) -> None:
+    seen: list[str] = []
+
+    async def elicit(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        seen.append(params.message)
+        content: dict[str, str | int | float | bool | list[str] | None] | None = (
+            {"sure": True} if len(seen) == 2 else None
+        )
+        return types.ElicitResult(action="accept", content=content)
+
+    with trio.fail_after(TIMEOUT):
+        async with through_gate(
+            tmp_path, "--store", ":memory:", "--no-remote-answers", elicit=elicit
+        ) as gated:
+            result = await gated.call_tool("ask_user", {"question": "Really?"})
+    assert text_of(result) == "the user said accept"
+    gates, servers = seen
+    assert gates.startswith('MCP tool call: ask_user, arguments: {"question":"Really?"}')
+    assert servers == "Really?"
+    assert recorded(tmp_path) == [{"tool": "ask_user", "arguments": {"question": "Really?"}}]

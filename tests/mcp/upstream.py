@@ -1,7 +1,7 @@
 """The upstream MCP server of the gate tests: the official Python SDK's ``MCPServer`` on stdio
-with a read tool and a write tool, and one that hangs and one that crashes. Every call that
-reaches a tool is appended to the record file (argv[1]) as one JSON line: the tool's name and
-its arguments as the server decoded them.
+with a read tool and a write tool, one that elicits itself, one that hangs and one that
+crashes. Every call that reaches a tool is appended to the record file (argv[1]) as one JSON
+line: the tool's name and its arguments as the server decoded them.
 
     python -m tests.mcp.upstream RECORD_FILE
 """
@@ -14,7 +14,8 @@ import pathlib
 import sys
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
 
 RECORD = pathlib.Path(sys.argv[1])
 server = MCPServer("gate-test-upstream")
@@ -35,6 +36,17 @@ def read_note(name: str) -> str:
 def write_note(name: str, text: str) -> str:
     _record("write_note", {"name": name, "text": text})
     return f"wrote {len(text)} characters to {name}"
+
+
+class Confirm(BaseModel):
+    sure: bool
+
+
+@server.tool(description="Asks the client's user itself (the server's own elicitation).")
+async def ask_user(question: str, ctx: Context) -> str:
+    _record("ask_user", {"question": question})
+    answer = await ctx.elicit(question, Confirm)
+    return f"the user said {answer.action}"
 
 
 @server.tool(description="Never answers (a hung server).")
