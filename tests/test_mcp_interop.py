@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -356,3 +357,43 @@ async def test_the_servers_own_elicitation_passes_through_after_the_gates(
     assert gates.startswith('MCP tool call: ask_user, arguments: {"question":"Really?"}')
     assert servers == "Really?"
     assert recorded(tmp_path) == [{"tool": "ask_user", "arguments": {"question": "Really?"}}]
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_settles_the_waiting_call_cancelled_and_exits(
+    tmp_path: pathlib.Path, signum: int, status: int
+) -> None:
+    store = tmp_path / "log.sqlite"
+    argv = [sys.executable, "-m", "broker.cli", "mcp-gate", "--store", str(store), "--"]
+    with subprocess.Popen(
+        [*argv, *upstream_argv(tmp_path / "record.jsonl")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    ) as gate:
+        try:
+            assert gate.stdin is not None
+            request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+            request["params"] = {"name": "write_note", "arguments": {"name": "a", "text": "x"}}
+            gate.stdin.write(json.dumps(request).encode() + b"\n")
+            gate.stdin.flush()
+            deadline = time.monotonic() + TIMEOUT
+            while broker_cli("pending", str(store), "--json").stdout in ("", "[]\n"):
+                assert time.monotonic() < deadline, "the call never waited on the board"
+                time.sleep(0.1)
+            gate.send_signal(signum)
+            _, err = gate.communicate(timeout=TIMEOUT)
+        finally:
+            if gate.poll() is None:
+                gate.kill()
+    assert gate.returncode == status, err
+    assert err.decode().endswith(
+        f"broker mcp-gate: {signal.Signals(signum).name} received: pending questions settled "
+        "as cancelled, the session log was closed\n"
+    )
+    assert recorded(tmp_path) == []
+    ((_, decided),) = audit_pairs(store, tmp_path / "export")
+    assert decided["outcome"] == "cancelled"
+    verified = broker_cli("log", "verify", str(store))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
