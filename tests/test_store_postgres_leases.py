@@ -239,3 +239,36 @@ async def test_a_fenced_broker_session_fails_its_caller_closed_and_ends(postgres
     ]
     assert log[3] == TurnEnd(turn=1, reason=TurnEndReason(kind="interrupted"))
     _verify(postgres_dsn)
+
+
+async def test_a_connection_lost_after_a_silent_ttl_fences_every_session(
+    postgres_dsn: str,
+) -> None:
+    """A writer paused inside a transaction past its lease loses its connection (the server's
+    idle-in-transaction timeout is the ttl): it cannot prove it still holds any lease, so every
+    session it held is fenced, not just left on a broken writer."""
+    with trio.fail_after(20):
+        async with open_postgres_store(postgres_dsn, lease_ttl=60) as a:
+            await a.create_session("s", None)
+            await a.create_session("t", None)
+            # As after a pause: no renewal for more than a ttl, and the server ended the
+            # connection meanwhile.
+            a._writer.backend._renewed_at -= 120  # type: ignore[attr-defined]
+            _sql(
+                postgres_dsn,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                f"broker {a.owner}"[:63],
+            )
+            with pytest.raises(
+                SessionFencedError,
+                match=r"^session 's' in postgresql store '.*' may have been taken over: this "
+                r"process lost its connection to the store after renewing no lease for "
+                r"1\d\d\.\ds \(it was paused or cut off, past its lease of 60s\); nothing of "
+                r"this append was stored, and this process must not write it again$",
+            ):
+                await a.append("s", [ApprovalGrant(tool_name="x")])
+            ticket = a.submit("t", 0, [ApprovalGrant(tool_name="y")], fold_all([]))
+            assert ticket.done  # refused at once: t was fenced with s
+            assert isinstance(ticket.error, SessionFencedError)
+    assert _sql(postgres_dsn, "SELECT count(*) FROM broker.events") == [(0,)]

@@ -18,11 +18,21 @@ if TYPE_CHECKING:
     from ._heads import SessionHead
     from ._plan import Plan
 
-__all__ = ["Backend", "ConnectionLost"]
+__all__ = ["Backend", "ConnectionLost", "LeasesLost"]
 
 
 class ConnectionLost(StoreError):
     """The connection could not be rolled back and was closed; the writer is broken."""
+
+
+class LeasesLost(ConnectionLost):
+    """The connection was lost after this process had not renewed its leases for a whole ttl
+    (it was paused, or cut off): another process may own its sessions now, so each is fenced
+    (``fenced``: session id → the error its writes get) and the writer is broken."""
+
+    def __init__(self, message: str, fenced: Mapping[str, StoreError]) -> None:
+        super().__init__(message)
+        self.fenced = fenced
 
 
 class Backend(Protocol):

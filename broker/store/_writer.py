@@ -51,7 +51,7 @@ import trio
 
 from .._codec import encode_event
 from .._projection import ApprovalState
-from ._backend import ConnectionLost
+from ._backend import ConnectionLost, LeasesLost
 from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
 from ._plan import Plan
 from ._protocol import StoreError, StoreHead, StoreOpenError
@@ -526,9 +526,15 @@ class GroupWriter:
         self._unsure.update(job.staged)
         if isinstance(exc, ConnectionLost):
             self._broken = str(exc)
+        lost: Mapping[str, StoreError] = {}
+        if isinstance(exc, LeasesLost):
+            lost = exc.fenced
+            self._fence(lost)
         io_errors = self.backend.io_errors
         for request in job.accepted:
-            if isinstance(exc, io_errors):
+            if request.session_id in lost:
+                error = lost[request.session_id]
+            elif isinstance(exc, io_errors):
                 error = self.backend.write_error(exc)
                 error.__cause__ = exc
             elif isinstance(exc, StoreError):
@@ -662,6 +668,12 @@ class GroupWriter:
     async def _renew(self, request: RenewRequest) -> None:
         try:
             lost = await self._thread.run(self.backend.renew)
+        except LeasesLost as exc:
+            self._broken = str(exc)
+            self._fence(exc.fenced)
+            request.fail(exc)
+            await trio.lowlevel.checkpoint()
+            return
         except self._expected as exc:
             request.fail(StoreError(f"renewing leases in {self.backend.where} failed: {exc}"))
             await trio.lowlevel.checkpoint()

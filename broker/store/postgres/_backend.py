@@ -14,6 +14,7 @@ its own transaction that this process still holds each session it writes.
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 import psycopg
 
-from .._backend import ConnectionLost
+from .._backend import ConnectionLost, LeasesLost
 from .._chain import GENESIS
 from .._protocol import SessionRecord, StoreError, StoreLockedError
 from .._url import redact_dsn
@@ -63,6 +64,9 @@ class PostgresBackend:
     # Invariant: _conn and _leases are only touched on the writer's worker thread.
     _conn: Connection[tuple[object, ...]] | None = attrs.field(default=None, init=False)
     _leases: Leases = attrs.field(init=False)
+    # When every lease this process holds was last renewed (time.monotonic(), which runs on
+    # while the process is stopped).
+    _renewed_at: float = attrs.field(factory=time.monotonic, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._statements = Statements.of(self.schema)
@@ -124,6 +128,7 @@ class PostgresBackend:
         )
         conn.execute(self._statements.group_rows)
         conn.commit()
+        self._renewed_at = time.monotonic()
         return {}
 
     def _lock(self, conn: Connection[tuple[object, ...]]) -> None:
@@ -157,7 +162,28 @@ class PostgresBackend:
 
     def renew(self) -> dict[str, StoreError]:
         """Renew every lease this process holds; return the sessions found taken over."""
-        return dict(self._leases.renew(self._require_conn()))
+        conn = self._require_conn()
+        try:
+            lost: dict[str, StoreError] = dict(self._leases.renew(conn))
+        except psycopg.Error as exc:
+            if conn.closed or conn.broken:
+                conn.close()
+                self._conn = None
+                raise self._lost(exc) from exc
+            raise
+        self._renewed_at = time.monotonic()
+        return lost
+
+    def _lost(self, exc: Exception) -> ConnectionLost:
+        """The connection is gone (*exc*): if no lease was renewed for a whole ttl, every
+        session this process held may be another's now — fenced (:class:`LeasesLost`)."""
+        silent = time.monotonic() - self._renewed_at
+        if silent < self.ttl:
+            return exc if isinstance(exc, ConnectionLost) else ConnectionLost(str(exc))
+        return LeasesLost(
+            f"the connection was lost after {silent:.1f}s without a lease renewal: {exc}",
+            self._leases.lost_all(silent),
+        )
 
     def prepare(self, plan: Plan) -> GroupArrays:
         """*plan*'s columns as arrays (on the trio thread: the worker only sends them)."""
@@ -169,9 +195,12 @@ class PostgresBackend:
         arrays = prepared if isinstance(prepared, GroupArrays) else group_arrays(plan)
         try:
             return write_group(conn, self._statements, plan, arrays, GENESIS, self._leases)
-        except ConnectionLost:
+        except ConnectionLost as exc:
             self._conn = None  # write_group closed it
-            raise
+            lost = self._lost(exc)
+            if lost is exc:
+                raise
+            raise lost from exc
 
     def write_error(self, exc: Exception) -> StoreError:
         """A failed statement or a lost connection, with the fix."""

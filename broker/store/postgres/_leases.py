@@ -24,7 +24,7 @@ import attrs
 from psycopg import sql
 
 from .._checkpoint import PROJECTION_FINGERPRINT
-from .._protocol import SessionFencedError, SessionOwnedError
+from .._protocol import SessionFencedError, SessionOwnedError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -77,6 +77,22 @@ class Leases:
             f"(this one held it at epoch {epoch}): nothing of this append was stored, and this "
             "process must not write it again"
         )
+
+    def lost_all(self, silent_for: float) -> dict[str, StoreError]:
+        """Every session this process held, fenced: its connection is gone after *silent_for*
+        seconds without a renewal (a ttl or more), so its leases may have been taken."""
+        lost: dict[str, StoreError] = {
+            session_id: SessionFencedError(
+                f"session {session_id!r} in {self.where} may have been taken over: this "
+                f"process lost its connection to the store after renewing no lease for "
+                f"{silent_for:.1f}s (it was paused or cut off, past its lease of "
+                f"{self.ttl_ms / 1000:g}s); nothing of this append was stored, and this "
+                "process must not write it again"
+            )
+            for session_id in self.epochs
+        }
+        self.epochs.clear()
+        return lost
 
     def claim(
         self,
