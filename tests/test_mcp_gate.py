@@ -18,6 +18,7 @@ import trio.testing
 
 from broker import ApprovalAsked, ApprovalDecided, Event, MemoryStore, Outcome, open_broker
 from broker.mcp import GateRules, refusal_text, relay
+from broker.mcp._gate import MAX_HELD
 
 WAIT = 5
 
@@ -492,3 +493,50 @@ async def test_what_the_server_sends_that_cannot_be_read_is_dropped_and_serving_
         await wire.server.write(answer)
         assert await wire.client.line() == answer  # the first thing the client hears
         assert await wire.hang_up() == []
+
+
+async def test_an_elicitation_nobody_answers_in_time_is_unavailable_and_withdrawn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with gate(deadline=120, wait=500) as wire:
+        await wire.client.write(INITIALIZE_ELICITING)
+        await wire.server.line()
+        await wire.client.write(call(14, "write_note", {}))
+        elicitation = await wire.client.message()
+        start = trio.current_time()
+        withdrawn = await wire.client.message()
+        assert trio.current_time() - start == pytest.approx(120)
+        assert withdrawn["method"] == "notifications/cancelled"
+        assert withdrawn["params"]["requestId"] == elicitation["id"]
+        assert await wire.client.message() == refused(14, "write_note", Outcome.UNAVAILABLE)
+        # The client's late answer is dropped: nothing is asked of it any more.
+        late = {"jsonrpc": "2.0", "id": elicitation["id"], "result": {"action": "accept"}}
+        await wire.client.write(late)
+        assert await wire.hang_up() == []
+    ((_, decided),) = wire.pairs()
+    assert decided.outcome is Outcome.UNAVAILABLE
+
+
+async def test_an_elicitation_error_drops_out_and_the_call_fails_closed() -> None:
+    async with gate() as wire:
+        await wire.client.write(INITIALIZE_ELICITING)
+        await wire.server.line()
+        await wire.client.write(call(15, "write_note", {}))
+        elicitation = await wire.client.message()
+        error = {"code": -32600, "message": "no UI"}
+        await wire.client.write({"jsonrpc": "2.0", "id": elicitation["id"], "error": error})
+        assert await wire.client.message() == refused(15, "write_note", Outcome.UNAVAILABLE)
+        assert await wire.hang_up() == []
+
+
+async def test_calls_beyond_the_held_limit_are_refused_at_once() -> None:
+    async with gate() as wire:
+        await wire.client.write(INITIALIZE_ELICITING)
+        await wire.server.line()
+        for n in range(MAX_HELD):
+            await wire.client.write(call(100 + n, "write_note", {}))
+            assert (await wire.client.message())["method"] == "elicitation/create"
+        await wire.client.write(call(99, "write_note", {}))
+        assert await wire.client.message() == refused(99, "write_note", Outcome.UNAVAILABLE)
+        assert await wire.hang_up() == []
+    assert len(wire.pairs()) == MAX_HELD  # the refused one was never a question
