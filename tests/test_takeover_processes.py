@@ -50,8 +50,10 @@ class Worker:
     seen: list[str] = attrs.field(factory=list)
 
     @classmethod
-    def start(cls, dsn: str, tag: str, which: str, questions: int | None = None) -> Worker:
-        argv = [sys.executable, str(WORKLOAD), dsn, str(TTL), tag, which]
+    def start(
+        cls, dsn: str, tag: str, which: str, questions: int | None = None, ttl: float = TTL
+    ) -> Worker:
+        argv = [sys.executable, str(WORKLOAD), dsn, str(ttl), tag, which]
         if questions is not None:
             argv.append(str(questions))
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
@@ -70,7 +72,7 @@ class Worker:
         try:
             line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
-            pytest.fail(f"worker {self.tag} printed nothing in time; it printed {self.seen}")
+            pytest.fail(f"worker {self.tag} printed nothing in time; last: {self.seen[-10:]}")
         if line is not None:
             self.seen.append(line)
         return line
@@ -80,7 +82,7 @@ class Worker:
         while True:
             line = self.next_line(deadline)
             if line is None:
-                pytest.fail(f"worker {self.tag} ended before {prefix!r}: {self.seen}")
+                pytest.fail(f"worker {self.tag} ended before {prefix!r}: {self.seen[-10:]}")
             if line.startswith(prefix):
                 return line
 
@@ -217,15 +219,44 @@ def test_a_paused_owner_lands_nothing_after_the_takeover(
     _, taken_at = b.session()  # B owns it now (epoch 2); its claim closed A's tail
     assert time.monotonic() - stopped >= TTL * 0.5  # it waited for A's lease
     a.proc.send_signal(signal.SIGCONT)
+    _check_fenced_and_nothing_landed(postgres_dsn, session_id, a, b, taken_at)
+
+
+def test_a_paused_owners_next_write_is_fenced_before_its_next_renewal(
+    postgres_dsn: str, workers: list[Worker]
+) -> None:
+    """The same with a long lease (10 s, renewed every 3.3 s) that runs out on the server's
+    clock while A is paused for a moment (set in the past by SQL, as a partition would leave
+    it): when A continues, its next renewal is seconds away, so what stops its writes is the
+    epoch check inside each group's transaction."""
+    a = Worker.start(postgres_dsn, "A", "new", ttl=10.0)
+    workers.append(a)
+    session_id, _ = a.session()
+    a.wait_acks(30)
+    a.proc.send_signal(signal.SIGSTOP)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE broker.sessions SET lease_expires_ms = 0 WHERE id = %s", (session_id,))
+    b = Worker.start(postgres_dsn, "B", session_id, questions=6)
+    workers.append(b)
+    _, taken_at = b.session()
+    a.proc.send_signal(signal.SIGCONT)
+    _check_fenced_and_nothing_landed(postgres_dsn, session_id, a, b, taken_at)
+
+
+def _check_fenced_and_nothing_landed(
+    dsn: str, session_id: str, a: Worker, b: Worker, taken_at: int
+) -> None:
+    """A (continued after B took over at seq *taken_at*) failed closed with the fence, and
+    the log after *taken_at* holds B's events only."""
     status = a.finish()
-    assert b.finish() == 0
+    assert b.finish() == 0, b.seen[-5:]
 
     failed = [line for line in a.seen if line.startswith("failed ")]
     assert status == 3, a.seen[-5:]
-    assert len(failed) == 1
+    assert len(failed) == 1, a.seen[-5:]
     assert "SessionFencedError" in failed[0] or "taken over" in failed[0], failed
 
-    log = _log(postgres_dsn, session_id)  # verifies
+    log = _log(dsn, session_id)  # verifies
     after = log[taken_at:]
     calls = {e["data"]["id"]: e["data"].get("callId") for e in log if e["type"] == "approval/asked"}
     # Zero events of A after the takeover: every question there is B's, and B's turn frames them.
