@@ -96,7 +96,8 @@ class GroupStore:
 
     @property
     def recovery(self) -> RecoveryReport:
-        """What was recovered when this store was opened."""
+        """What was recovered: at open (a store with one writer), or by each claim so far (a
+        shared store closes a session's crash tail when it takes the session)."""
         return self._writer.recovery
 
     @property
