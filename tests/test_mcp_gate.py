@@ -540,3 +540,86 @@ async def test_calls_beyond_the_held_limit_are_refused_at_once() -> None:
         assert await wire.client.message() == refused(99, "write_note", Outcome.UNAVAILABLE)
         assert await wire.hang_up() == []
     assert len(wire.pairs()) == MAX_HELD  # the refused one was never a question
+
+
+STATELESS_ELICITING = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+}
+
+
+def stateless_call(request_id: object, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    message = call(request_id, "write_note", arguments)
+    message["params"]["_meta"] = STATELESS_ELICITING
+    message["params"].update(extra)
+    return message
+
+
+@pytest.mark.parametrize(
+    ("action", "outcome"),
+    [
+        ("accept", Outcome.ALLOWED_ONCE),
+        ("decline", Outcome.REJECTED),
+        ("cancel", Outcome.CANCELLED),
+    ],
+)
+async def test_a_stateless_client_is_asked_by_an_input_required_result(
+    action: str, outcome: Outcome
+) -> None:
+    async with gate() as wire:
+        await wire.client.write(stateless_call(20, {"text": "x"}))
+        first = await wire.client.message()
+        result = first["result"]
+        assert first["id"] == 20
+        assert result["resultType"] == "input_required"
+        question = result["inputRequests"]["broker-approval"]
+        assert question["method"] == "elicitation/create"
+        assert question["params"]["message"].startswith(
+            'MCP tool call: write_note, arguments: {"text":"x"}'
+        )
+        token = result["requestState"]
+        # A retry that changes the call is refused; the question still waits.
+        changed = stateless_call(
+            21, {"text": "y"}, requestState=token, inputResponses={"broker-approval": {}}
+        )
+        await wire.client.write(changed)
+        assert (await wire.client.message())["error"]["code"] == -32602
+        responses = {"broker-approval": {"action": action}}
+        await wire.client.write(
+            stateless_call(22, {"text": "x"}, requestState=token, inputResponses=responses)
+        )
+        if outcome is Outcome.ALLOWED_ONCE:
+            forwarded = json.loads(await wire.server.line())
+            assert forwarded["id"] == 22
+            assert forwarded["params"] == {
+                "name": "write_note",
+                "arguments": {"text": "x"},
+                "_meta": STATELESS_ELICITING,
+            }
+        else:
+            expected = refused(22, "write_note", outcome)
+            expected["result"]["resultType"] = "complete"
+            assert await wire.client.message() == expected
+        assert await wire.hang_up() == []
+    ((asked, decided),) = wire.pairs()
+    assert asked.call_id == "20"
+    assert decided.outcome is outcome
+
+
+async def test_a_stale_request_state_is_refused_not_forwarded() -> None:
+    async with gate() as wire:
+        await wire.client.write(
+            stateless_call(23, {}, requestState="broker-mcp-gate-00-state-9", inputResponses={})
+        )
+        assert (await wire.client.message())["error"]["code"] == -32602
+        assert await wire.hang_up() == []
+    assert wire.pairs() == []
+
+
+async def test_the_connection_ending_settles_a_call_waiting_for_its_retry() -> None:
+    async with gate() as wire:
+        await wire.client.write(stateless_call(24, {}))
+        assert (await wire.client.message())["result"]["resultType"] == "input_required"
+        assert await wire.hang_up() == []
+    ((_, decided),) = wire.pairs()
+    assert decided.outcome is Outcome.CANCELLED

@@ -397,3 +397,40 @@ def test_a_signal_settles_the_waiting_call_cancelled_and_exits(
     assert decided["outcome"] == "cancelled"
     verified = broker_cli("log", "verify", str(store))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize(
+    ("action", "outcome"), [("accept", "allowed-once"), ("decline", "rejected")]
+)
+async def test_a_stateless_client_is_asked_by_input_required(
+    tmp_path: pathlib.Path, action: str, outcome: str
+) -> None:
+    store = tmp_path / "log.sqlite"
+    seen: list[str] = []
+
+    async def elicit(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        seen.append(params.message)
+        return types.ElicitResult(action=action)  # type: ignore[arg-type]
+
+    gate = [sys.executable, "-m", "broker.cli", "mcp-gate", "--store", str(store)]
+    argv = [*gate, "--no-remote-answers", "--", *upstream_argv(tmp_path / "record.jsonl")]
+    params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(ROOT))
+    with trio.fail_after(TIMEOUT):
+        async with Client(params, elicitation_callback=elicit) as client:
+            assert client.protocol_version == "2026-07-28"
+            result = await client.call_tool("write_note", {"name": "a", "text": "x"})
+    (message,) = seen
+    assert message.startswith('MCP tool call: write_note, arguments: {"name":"a","text":"x"}')
+    if outcome == "allowed-once":
+        assert not result.is_error
+        assert recorded(tmp_path) == [
+            {"tool": "write_note", "arguments": {"name": "a", "text": "x"}}
+        ]
+    else:
+        assert text_of(result) == refusal_text("write_note", Outcome.REJECTED)
+        assert recorded(tmp_path) == []
+    ((_, decided),) = audit_pairs(store, tmp_path / "export")
+    assert decided["outcome"] == outcome
+    assert decided["answeredBy"] == "the MCP client's user (elicitation)"

@@ -24,7 +24,12 @@ Every line passes through as the bytes received, in both directions, except:
 * a client's ``notifications/cancelled`` for a held call withdraws its question (settles
   ``cancelled``; no response, as the MCP spec says for a cancelled request);
 * the gate's own requests to the client (``elicitation/create``, when the client advertised
-  elicitation in ``initialize``) and their responses, which never reach the server;
+  elicitation in ``initialize``) and their responses, which never reach the server; on the
+  stateless 2026-07-28 revision the question is an input-required result instead (when the
+  call's envelope advertises elicitation), and the client's retry of the call, carrying the
+  gate's ``requestState`` and the answer, takes the call's place: it must repeat the call
+  asked about, and it is forwarded as the original call (the server never sees the gate's
+  ``inputResponses``);
 * what the gate refuses: lines over the size limit, bad JSON, duplicated keys, batches,
   responses to ids nobody asked (a forged or late answer), ids reused while in flight. The
   sender gets a JSON-RPC error where it can be addressed; from the server such frames are
@@ -42,6 +47,7 @@ requests the server never answered get a JSON-RPC error when the server is gone.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import json
 import logging
@@ -119,6 +125,17 @@ def refusal_text(name: str, outcome: Outcome) -> str:
 
 #: Where a 2026-07-28 request carries its protocol version (the per-request envelope).
 _VERSION_META_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+#: Where a 2026-07-28 request carries the client's capabilities.
+_CAPABILITIES_META_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+#: The key of the gate's question in an input-required result (2026-07-28).
+INPUT_KEY: Final = "broker-approval"
+
+
+def _stateless_elicits(params: dict[str, Any]) -> bool:
+    """Whether a 2026-07-28 request's envelope advertises form elicitation."""
+    meta = params.get("_meta")
+    capabilities = meta.get(_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+    return _stateless(params) and _advertises_form_elicitation({"capabilities": capabilities})
 
 
 def _stateless(params: dict[str, Any]) -> bool:
@@ -166,12 +183,27 @@ class _Held:
     """A ``tools/call`` waiting for its answer. Invariant: in ``_Relay.held`` exactly until
     its outcome is known; then forwarded (and in ``upstream_pending``) or answered."""
 
+    key: str
     request_id: object
+    message: dict[str, Any]
     name: str
+    arguments: str
     line: bytes
     stateless: bool
+    #: A 2026-07-28 client that can be asked by an input-required result.
+    elicits: bool = False
     signal: AbortSignal = attrs.field(factory=AbortSignal)
     withdrawn_by_client: bool = False
+    #: The requestState of the input-required result sent for it; its retry carries it back.
+    token: str | None = None
+    retried: trio.Event = attrs.field(factory=trio.Event)
+    responses: object = None
+
+
+#: The held call whose question the current task asks (answerers run in the asking task).
+_CURRENT: contextvars.ContextVar[_Held | None] = contextvars.ContextVar(
+    "broker_mcp_held", default=None
+)
 
 
 @attrs.define(eq=False)
@@ -218,6 +250,8 @@ class _Relay:
     client_pending: set[str] = attrs.field(init=False, factory=set)
     #: id key -> the gate's own requests to the client.
     asks: dict[str, _Ask] = attrs.field(init=False, factory=dict)
+    #: requestState -> a held call answered with input-required, waiting for its retry.
+    retries: dict[str, _Held] = attrs.field(init=False, factory=dict)
     client_elicits: bool = attrs.field(init=False, default=False)
     upstream_gone: bool = attrs.field(init=False, default=False)
     closing: bool = attrs.field(init=False, default=False)
@@ -250,7 +284,7 @@ class _Relay:
                         readers.start_soon(self._read_upstream, readers.cancel_scope)
                         readers.start_soon(self._expire)
                     self.closing = True
-                    for held in list(self.held.values()):
+                    for held in [*self.held.values(), *self.retries.values()]:
                         held.signal.abort("the MCP connection ended")
                 if self.upstream_gone:
                     for waiting in self.upstream_pending.values():
@@ -495,23 +529,76 @@ class _Relay:
                 )
             )
             return
-        if len(self.held) >= MAX_HELD or self.closing or self._calls is None:
+        state = params.get("requestState")
+        if isinstance(state, str) and state.startswith(GATE_ID_PREFIX):
+            await self._retried(key, message, name, arguments, state)
+            return
+        if len(self.held) + len(self.retries) >= MAX_HELD or self.closing or self._calls is None:
             log.warning("refused tool call %s at once: %d calls are waiting", key, len(self.held))
             await self._reply_client(
                 _refusal(request_id, name, Outcome.UNAVAILABLE, stateless=_stateless(params))
             )
             return
         line, shown = _canonical(message, arguments)
-        held = _Held(request_id=request_id, name=name, line=line, stateless=_stateless(params))
+        held = _Held(
+            key=key,
+            request_id=request_id,
+            message=message,
+            name=name,
+            arguments=shown,
+            line=line,
+            stateless=_stateless(params),
+            elicits=_stateless_elicits(params),
+        )
         self.held[key] = held
-        self._calls.start_soon(self._decide, key, held, shown)
+        self._calls.start_soon(self._decide, held)
         await trio.lowlevel.checkpoint()
 
-    async def _decide(self, key: str, held: _Held, arguments: str) -> None:
+    async def _retried(
+        self, key: str, message: dict[str, Any], name: str, arguments: object, state: str
+    ) -> None:
+        """A 2026-07-28 client retries a call the gate answered with input-required: the
+        retry takes the held call's place (its id gets the outcome); it must repeat the very
+        call asked about, and is never forwarded as sent (the server did not ask for input)."""
+        request_id = message["id"]
+        held = self.retries.get(state)
+        if held is None:
+            await self._reply_client(
+                error_response(
+                    request_id,
+                    _INVALID_PARAMS,
+                    "requestState names no question waiting for an answer: call the tool "
+                    "again without it",
+                )
+            )
+            return
+        _, shown = _canonical(message, arguments)
+        if name != held.name or shown != held.arguments:
+            await self._reply_client(
+                error_response(
+                    request_id,
+                    _INVALID_PARAMS,
+                    "a retried tools/call must repeat the call asked about (same name and "
+                    "arguments): retry it unchanged, or call the tool again without requestState",
+                )
+            )
+            return
+        params = message["params"]
+        del self.retries[state]
+        held.key, held.request_id = key, request_id
+        held.line, _ = _canonical({**held.message, "id": request_id}, arguments)
+        held.responses = params.get("inputResponses")
+        self.held[key] = held
+        held.retried.set()
+        await trio.lowlevel.checkpoint()
+
+    async def _decide(self, held: _Held) -> None:
+        arguments = held.arguments
         cut = (
             arguments if len(arguments) <= REASON_ARGUMENTS else arguments[:REASON_ARGUMENTS] + "…"
         )
         request_id = held.request_id
+        _CURRENT.set(held)  # this task's context: its answerers (and their tasks) see it
         req = ApprovalRequest(
             agent=self.session.agent,
             tool_name=held.name,
@@ -524,10 +611,21 @@ class _Relay:
             outcome = await self.broker.request(req)
         except BrokerError:
             # Containment: a question that could not be put fails closed.
-            log.warning("tool call %s could not be asked; refused", key, exc_info=True)
+            log.warning("tool call %s could not be asked; refused", held.key, exc_info=True)
             outcome = Outcome.UNAVAILABLE
+        if held.token is not None and not held.retried.is_set():
+            # Its id was answered with input-required: only its retry can take the outcome.
+            if not self.closing:
+                with trio.move_on_after(self.deadline):
+                    await held.retried.wait()
+            if not held.retried.is_set():
+                del self.retries[held.token]
+                log.info("call %s was decided %s; its retry never came", held.key, outcome)
+                await trio.lowlevel.checkpoint()
+                return
         # Invariant: leaving ``held`` and entering ``upstream_pending`` with no checkpoint
         # between, so a response or a reused id is never judged against a stale state.
+        key, request_id = held.key, held.request_id
         del self.held[key]
         if outcome is Outcome.ALLOWED_ONCE:
             self._forward(key, request_id)
@@ -617,6 +715,11 @@ class _Relay:
         Cancellation: the client is sent ``notifications/cancelled`` for the request (when
         its outbox has room: cleanup never waits on the client) and the wait ends.
         """
+        held = _CURRENT.get()
+        if held is not None and held.stateless:
+            if not held.elicits or held.token is not None or self.closing:
+                return await next_()
+            return await self._elicit_by_input_required(held, req)
         if not self.client_elicits or self.closing:
             return await next_()
         request_id = f"{self._id_prefix}-{next(self._ask_ids)}"
@@ -644,6 +747,38 @@ class _Relay:
             if ask.response is None:
                 self._cancel_nowait(request_id)
         return _elicited(ask.response)
+
+    async def _elicit_by_input_required(
+        self, held: _Held, req: ApprovalRequest
+    ) -> Outcome | Answer:
+        """The 2026-07-28 way: answer the held call with an input-required result asking the
+        question, and take the answer from the client's retry of the call (bounded by the
+        deadline). The retry takes the call's place whoever answers (see ``_decide``)."""
+        token = f"{self._id_prefix}-state-{next(self._ask_ids)}"
+        held.token = token
+        del self.held[held.key]
+        self.retries[token] = held
+        question = {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": _elicitation_message(req),
+                "requestedSchema": {"type": "object", "properties": {}},
+            },
+        }
+        result = {
+            "resultType": "input_required",
+            "inputRequests": {INPUT_KEY: question},
+            "requestState": token,
+        }
+        await self.to_client.send(
+            encode({"jsonrpc": "2.0", "id": held.request_id, "result": result})
+        )
+        with trio.move_on_after(self.deadline):
+            await held.retried.wait()
+        responses = held.responses
+        answer = responses.get(INPUT_KEY) if isinstance(responses, dict) else None
+        return _elicited({"result": answer} if held.retried.is_set() else None)
 
     def _cancel_nowait(self, request_id: str) -> None:
         notice = {
