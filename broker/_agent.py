@@ -60,7 +60,10 @@ class Agent:
     def __repr__(self) -> str:
         return f"<Agent of session {self.session.id}>"
 
-    def _queue_switch(self, old: Policy, new: Policy) -> None:
+    def queue_switch(self, old: Policy, new: Policy) -> None:
+        """Queue, for the next model step, the notice of a policy switch from *old* to *new*
+        (its session calls this on an effective change). Switches before that step collapse
+        to the net change; a switch back cancels the notice (decision 0003)."""
         if self._notice_from is None:
             self._notice_from = old
         self._notice_to = new

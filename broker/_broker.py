@@ -341,7 +341,7 @@ class Broker:
                 f"fn must be an async callable answer(req, next), got {type(fn).__name__}"
             )
         if scope is not None:
-            registry = self._check_agent(scope, "scope")._scoped_registry()
+            registry = self._check_agent(scope, "scope").answerer_registry
         else:
             registry = self._answerers
         number = next(self._order)

@@ -313,8 +313,10 @@ class Session:
             raise self._closed_error("add an answerer to")
         return self._host.register_answerer(fn, self.agent, prepend)
 
-    def _scoped_registry(self) -> list[AnswererHandle]:
-        """The list a scoped answerer of this session's agent is registered in (host use)."""
+    @property
+    def answerer_registry(self) -> list[AnswererHandle]:
+        """The list a scoped answerer of this session's agent is registered in: its host
+        inserts handles with :func:`broker._answerers.insert_handle`; nothing else writes it."""
         return self._answerers
 
     def _require_nursery(self) -> trio.Nursery:
@@ -789,7 +791,7 @@ class Session:
 
         if await self._append(switch) is None:
             return False
-        self.agent._queue_switch(previous[0], policy)
+        self.agent.queue_switch(previous[0], policy)
         return True
 
     async def grant(self, tool_name: str) -> bool:
