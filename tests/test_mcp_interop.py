@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,6 +25,7 @@ from mcp import Client, ClientSession, MCPError, StdioServerParameters, stdio_cl
 from mcp.client.context import ClientRequestContext
 
 from broker import Outcome
+from broker.inbox._auth import InboxKeys
 from broker.mcp import refusal_text
 
 pytestmark = pytest.mark.slow
@@ -434,3 +436,55 @@ async def test_a_stateless_client_is_asked_by_input_required(
     ((_, decided),) = audit_pairs(store, tmp_path / "export")
     assert decided["outcome"] == outcome
     assert decided["answeredBy"] == "the MCP client's user (elicitation)"
+
+
+def inbox_call(url: str, token: str, body: dict[str, Any] | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers |= {"Content-Type": "application/json", "X-CSRF-Token": InboxKeys(token=token).csrf}
+    request = urllib.request.Request(url, data=data, headers=headers)
+    with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+        return json.loads(response.read())
+
+
+async def test_a_call_answered_in_the_gates_own_web_inbox(tmp_path: pathlib.Path) -> None:
+    errlog = tmp_path / "gate.stderr"
+    record = tmp_path / "record.jsonl"
+    argv = ["-m", "broker.cli", "mcp-gate", "--store", ":memory:", "--inbox", "0", "--"]
+    params = StdioServerParameters(
+        command=sys.executable, args=[*argv, *upstream_argv(record)], cwd=str(ROOT)
+    )
+    results: list[types.CallToolResult] = []
+    with trio.fail_after(TIMEOUT), errlog.open("w") as err:
+        async with stdio_client(params, errlog=err) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                (line,) = [
+                    x for x in errlog.read_text().splitlines() if x.startswith("broker inbox: ")
+                ]
+                url, token = line.removeprefix("broker inbox: ").split("/?token=")
+                async with trio.open_nursery() as nursery:
+
+                    async def call() -> None:
+                        arguments = {"name": "n", "text": "t"}
+                        results.append(await session.call_tool("write_note", arguments))
+
+                    nursery.start_soon(call)
+                    questions: list[dict[str, Any]] = []
+                    for _ in range(TIMEOUT * 20):  # bounded by fail_after too
+                        listed = await trio.to_thread.run_sync(
+                            inbox_call, f"{url}/api/pending", token
+                        )
+                        questions = listed["questions"]
+                        if questions:
+                            break
+                        await trio.sleep(0.05)
+                    (question,) = questions
+                    assert question["toolName"] == "write_note"
+                    answer = {"id": question["id"], "outcome": "allowed-once", "by": "alice"}
+                    await trio.to_thread.run_sync(inbox_call, f"{url}/api/answer", token, answer)
+    (result,) = results
+    assert not result.is_error
+    assert recorded(tmp_path) == [{"tool": "write_note", "arguments": {"name": "n", "text": "t"}}]

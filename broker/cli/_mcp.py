@@ -19,6 +19,7 @@ from .. import open_broker
 from ..mcp import GateRules, RulesError, serve_mcp_gate
 from ..store._url import redact_dsn
 from ._errors import CliError
+from ._inbox import port_number, with_inbox
 from ._numbers import positive_seconds
 from ._signals import run_until_signalled
 
@@ -43,6 +44,8 @@ examples:
       gate.toml:  allow = ["read_*", "list_*"]   deny = ["delete_*"]
   broker pending log.sqlite          (another terminal) the calls waiting for an answer
   broker answer log.sqlite ID allow  run that one call once
+  broker mcp-gate --inbox 0 -- python my_server.py
+                                     answer in a browser: the address goes to stderr
 """
 
 
@@ -82,6 +85,14 @@ def register(sub: _Sub) -> None:
         help="do not wait for answers from another terminal (broker answer STORE ...)",
     )
     parser.add_argument(
+        "--inbox",
+        type=port_number,
+        metavar="PORT",
+        help="also serve the web inbox on 127.0.0.1:PORT (0: any free port), where the calls "
+        "wait for an answer too (even with --store :memory:); its address, with a new token, "
+        "goes to stderr",
+    )
+    parser.add_argument(
         "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
     parser.add_argument(
@@ -113,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     if args.store is None:
         store = str(_default_store())
         pathlib.Path(store).parent.mkdir(parents=True, exist_ok=True)
-    remote = store is not None and not args.no_remote_answers
+    # The in-process inbox answers on this broker's own board, so it needs no durable store.
+    remote = (store is not None and not args.no_remote_answers) or args.inbox is not None
     if store is not None:
         where = redact_dsn(store) if "://" in store else store
         print(f"broker mcp-gate: session log {where}", file=sys.stderr)
@@ -127,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         remote,
         args.deadline,
         args.server_deadline,
+        args.inbox,
     )
 
 
@@ -143,11 +156,13 @@ async def _serve(
     remote: bool,
     deadline: float,
     server_deadline: float,
+    inbox: int | None,
 ) -> int:
     client_in = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     client_out = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
     async with open_broker(store=store) as broker:
-        try:
+
+        async def gate() -> None:
             await serve_mcp_gate(
                 broker,
                 command,
@@ -158,6 +173,9 @@ async def _serve(
                 deadline=deadline,
                 server_deadline=server_deadline,
             )
+
+        try:
+            await (gate() if inbox is None else with_inbox(broker, inbox, gate))
         except (FileNotFoundError, PermissionError) as exc:
             raise CliError(
                 f"cannot start the MCP server {command[0]!r}: {exc.strerror}: check SERVER_CMD "
