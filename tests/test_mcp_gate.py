@@ -476,7 +476,7 @@ async def test_a_refusal_on_the_stateless_revision_says_its_result_type() -> Non
         assert await wire.hang_up() == []
 
 
-async def test_what_the_server_sends_that_cannot_be_read_is_dropped_and_serving_goes_on() -> None:
+async def test_what_the_server_sends_that_cannot_be_read_is_refused_and_serving_goes_on() -> None:
     async with gate(GateRules(allow=["read_*"]), max_line_bytes=2048) as wire:
         await wire.client.write(call(13, "read_note", {}))
         await wire.server.line()
@@ -492,7 +492,9 @@ async def test_what_the_server_sends_that_cannot_be_read_is_dropped_and_serving_
         answer = b'{"jsonrpc":"2.0","id":13,"result":{"content":[]}}'
         await wire.server.write(answer)
         assert await wire.client.line() == answer  # the first thing the client hears
-        assert await wire.hang_up() == []
+        told = [json.loads(line) for line in await wire.hang_up()]
+    # The server is told of each, as JSON-RPC has it for a message it cannot address.
+    assert [(e["id"], e["error"]["code"]) for e in told] == [(None, -32600)] + [(None, -32700)] * 5
 
 
 async def test_an_elicitation_nobody_answers_in_time_is_unavailable_and_withdrawn(

@@ -648,10 +648,17 @@ class _Relay:
         await trio.lowlevel.checkpoint()
 
     async def _on_upstream_line(self, line: bytes | None) -> None:
-        # The server is untrusted: what cannot be read is dropped (it cannot be addressed).
+        # The server is untrusted: what cannot be read is dropped, and the server is told
+        # (id null: which request it was cannot be known); nothing of it reaches the client.
         if line is None:
             log.warning("dropped a line from the server longer than %d bytes", self.max_line_bytes)
-            await trio.lowlevel.checkpoint()
+            await self.to_upstream.send(
+                error_response(
+                    None,
+                    _INVALID_REQUEST,
+                    f"message longer than {self.max_line_bytes} bytes: the gate dropped it",
+                )
+            )
             return
         try:
             message = parse_frame(line)
@@ -660,7 +667,9 @@ class _Relay:
             kind = classify(message)
         except FrameError as exc:
             log.warning("dropped a line from the server: %s", exc)
-            await trio.lowlevel.checkpoint()
+            await self.to_upstream.send(
+                error_response(None, _PARSE_ERROR, f"the gate dropped a message: {exc}")
+            )
             return
         if kind is Kind.RESPONSE:
             key = id_key(message["id"])
