@@ -18,7 +18,7 @@ import trio
 from .. import open_broker
 from ..mcp import GateRules, RulesError, serve_mcp_gate
 from ..store._url import redact_dsn
-from ._errors import CliError
+from ._errors import EXIT_CHECK_FAILED, CliError
 from ._inbox import port_number, with_inbox
 from ._numbers import positive_seconds
 from ._signals import run_until_signalled
@@ -105,7 +105,8 @@ def register(sub: _Sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Gate until the client closes stdin (or the server exits); returns the exit status."""
+    """Gate until the client closes stdin (or the server exits); returns the exit status: 0,
+    or 1 when the server exited with a failure status of its own, 2 for a usage error."""
     command = list(args.server)
     if command and command[0] == "--":
         command = command[1:]
@@ -160,10 +161,11 @@ async def _serve(
 ) -> int:
     client_in = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     client_out = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
+    exited: list[int | None] = []
     async with open_broker(store=store) as broker:
 
         async def gate() -> None:
-            await serve_mcp_gate(
+            status = await serve_mcp_gate(
                 broker,
                 command,
                 client_in=client_in,
@@ -173,6 +175,7 @@ async def _serve(
                 deadline=deadline,
                 server_deadline=server_deadline,
             )
+            exited.append(status)
 
         try:
             await (gate() if inbox is None else with_inbox(broker, inbox, gate))
@@ -181,4 +184,12 @@ async def _serve(
                 f"cannot start the MCP server {command[0]!r}: {exc.strerror}: check SERVER_CMD "
                 "(the command after --)"
             ) from None
+    if exited and exited[0] is not None and exited[0] > 0:
+        # A server that failed on its own (not stopped by the gate's SIGTERM/SIGKILL, which
+        # show as negative statuses): say so, for the host's log.
+        raise CliError(
+            f"the MCP server {command[0]!r} exited with status {exited[0]}: see its messages "
+            "above, and check SERVER_CMD",
+            status=EXIT_CHECK_FAILED,
+        )
     return 0
