@@ -625,3 +625,69 @@ async def test_the_connection_ending_settles_a_call_waiting_for_its_retry() -> N
         assert await wire.hang_up() == []
     ((_, decided),) = wire.pairs()
     assert decided.outcome is Outcome.CANCELLED
+
+
+async def test_the_retry_a_server_asks_for_continues_the_allowed_call_unasked() -> None:
+    async with gate(GateRules(allow=["read_*"])) as wire:
+        await wire.client.write(
+            stateless_call(30, {"text": "x"})
+            | {
+                "params": {
+                    "name": "read_note",
+                    "arguments": {"text": "x"},
+                    "_meta": STATELESS_ELICITING,
+                }
+            }
+        )
+        await wire.server.line()
+        needs = {
+            "resultType": "input_required",
+            "inputRequests": {"q": {"method": "elicitation/create", "params": {"message": "?"}}},
+            "requestState": "server-state-1",
+        }
+        await wire.server.write({"jsonrpc": "2.0", "id": 30, "result": needs})
+        assert (await wire.client.message())["result"] == needs
+        retry = {
+            "name": "read_note",
+            "arguments": {"text": "x"},
+            "inputResponses": {"q": {"action": "accept"}},
+            "requestState": "server-state-1",
+        }
+        await wire.client.write(
+            {"jsonrpc": "2.0", "id": 31, "method": "tools/call", "params": retry}
+        )
+        forwarded = json.loads(await wire.server.line())
+        assert forwarded == {"jsonrpc": "2.0", "id": 31, "method": "tools/call", "params": retry}
+        # Used once: the same state again is a new call, asked about (nobody answers here).
+        await wire.client.write(
+            {
+                "jsonrpc": "2.0",
+                "id": 32,
+                "method": "tools/call",
+                "params": {**retry, "name": "write_note"},
+            }
+        )
+        assert await wire.client.message() == refused(32, "write_note", Outcome.UNAVAILABLE)
+        assert await wire.hang_up() == []
+    assert [d.outcome for _, d in wire.pairs()] == [Outcome.ALLOWED_ONCE, Outcome.UNAVAILABLE]
+
+
+async def test_a_server_state_does_not_carry_a_different_call_past_the_gate() -> None:
+    async with gate(GateRules(allow=["read_*"])) as wire:
+        await wire.client.write(call(33, "read_note", {"name": "a"}))
+        await wire.server.line()
+        needs = {"resultType": "input_required", "requestState": "server-state-2"}
+        await wire.server.write({"jsonrpc": "2.0", "id": 33, "result": needs})
+        await wire.client.message()
+        swapped = {
+            "name": "read_note",
+            "arguments": {"name": "b"},
+            "requestState": "server-state-2",
+        }
+        await wire.client.write(
+            {"jsonrpc": "2.0", "id": 34, "method": "tools/call", "params": swapped}
+        )
+        forwarded = json.loads(await wire.server.line())  # asked again: the rules allow read_*
+        assert forwarded["id"] == 34
+        assert await wire.hang_up() == []
+    assert [d.outcome for _, d in wire.pairs()] == [Outcome.ALLOWED_ONCE] * 2

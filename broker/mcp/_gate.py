@@ -213,6 +213,8 @@ class _Waiting:
 
     request_id: object
     deadline: float
+    #: For an allowed tools/call: its name and arguments' text (to recognise its continuation).
+    call: tuple[str, str] | None = None
 
 
 @attrs.define(eq=False)
@@ -252,6 +254,8 @@ class _Relay:
     asks: dict[str, _Ask] = attrs.field(init=False, factory=dict)
     #: requestState -> a held call answered with input-required, waiting for its retry.
     retries: dict[str, _Held] = attrs.field(init=False, factory=dict)
+    #: The server's requestState -> the allowed call (name, arguments' text) it continues.
+    continuations: dict[str, tuple[str, str]] = attrs.field(init=False, factory=dict)
     client_elicits: bool = attrs.field(init=False, default=False)
     upstream_gone: bool = attrs.field(init=False, default=False)
     closing: bool = attrs.field(init=False, default=False)
@@ -299,10 +303,10 @@ class _Relay:
                     self.upstream_pending.clear()
             io.cancel_scope.deadline = trio.current_time() + DRAIN_GRACE
 
-    def _forward(self, key: str, request_id: object) -> None:
+    def _forward(self, key: str, request_id: object, call: tuple[str, str] | None = None) -> None:
         """Record a request about to be forwarded to the server (see ``upstream_pending``)."""
         deadline = trio.current_time() + self.server_deadline
-        self.upstream_pending[key] = _Waiting(request_id=request_id, deadline=deadline)
+        self.upstream_pending[key] = _Waiting(request_id=request_id, deadline=deadline, call=call)
         self._forwarded.set()
 
     async def _expire(self) -> None:
@@ -533,6 +537,15 @@ class _Relay:
         if isinstance(state, str) and state.startswith(GATE_ID_PREFIX):
             await self._retried(key, message, name, arguments, state)
             return
+        room = len(self.upstream_pending) < MAX_OUTSTANDING
+        if isinstance(state, str) and room and self._continues(state, message, name, arguments):
+            # The retry the server asked for, of a call allowed once: the same call going on,
+            # not a new one (its question was asked); forwarded as sent, re-encoded.
+            log.info("forwarded call %s: it continues an allowed call (requestState)", key)
+            line, shown = _canonical(message, arguments)
+            self._forward(key, request_id, (name, shown))
+            await self.to_upstream.send(line)
+            return
         if len(self.held) + len(self.retries) >= MAX_HELD or self.closing or self._calls is None:
             log.warning("refused tool call %s at once: %d calls are waiting", key, len(self.held))
             await self._reply_client(
@@ -553,6 +566,25 @@ class _Relay:
         self.held[key] = held
         self._calls.start_soon(self._decide, held)
         await trio.lowlevel.checkpoint()
+
+    def _note_continuation(self, message: dict[str, Any], call: tuple[str, str]) -> None:
+        """An allowed call's server answered input-required with a ``requestState``: the
+        client's retry carrying it (same call) continues that call (``_continues``)."""
+        result = message.get("result")
+        if not isinstance(result, dict) or result.get("resultType") != "input_required":
+            return
+        state = result.get("requestState")
+        if not isinstance(state, str) or state.startswith(GATE_ID_PREFIX):
+            return
+        if len(self.continuations) >= MAX_OUTSTANDING:
+            del self.continuations[next(iter(self.continuations))]  # the oldest
+        self.continuations[state] = call
+
+    def _continues(self, state: str, message: dict[str, Any], name: str, arguments: object) -> bool:
+        """Whether a tools/call carrying the server's *state* repeats the allowed call that
+        state was issued for (each state is used once)."""
+        call = self.continuations.pop(state, None)
+        return call is not None and call == (name, _canonical(message, arguments)[1])
 
     async def _retried(
         self, key: str, message: dict[str, Any], name: str, arguments: object, state: str
@@ -628,7 +660,7 @@ class _Relay:
         key, request_id = held.key, held.request_id
         del self.held[key]
         if outcome is Outcome.ALLOWED_ONCE:
-            self._forward(key, request_id)
+            self._forward(key, request_id, (held.name, held.arguments))
             await self._send(self.to_upstream, held.line)
         elif not held.withdrawn_by_client:
             refusal = _refusal(request_id, held.name, outcome, stateless=held.stateless)
@@ -678,7 +710,9 @@ class _Relay:
                 log.warning("dropped a response from the server to id %s, not asked", key)
                 await trio.lowlevel.checkpoint()
                 return
-            del self.upstream_pending[key]
+            waiting = self.upstream_pending.pop(key)
+            if waiting.call is not None:
+                self._note_continuation(message, waiting.call)
             await self.to_client.send(line + b"\n")
             return
         if kind is Kind.REQUEST:
