@@ -272,3 +272,30 @@ async def test_a_connection_lost_after_a_silent_ttl_fences_every_session(
             assert ticket.done  # refused at once: t was fenced with s
             assert isinstance(ticket.error, SessionFencedError)
     assert _sql(postgres_dsn, "SELECT count(*) FROM broker.events") == [(0,)]
+
+
+async def test_every_write_of_a_fenced_session_in_flight_or_queued_gets_the_fence(
+    postgres_dsn: str,
+) -> None:
+    """Submissions pipelined behind the group that found the session taken over (chained on
+    the writer's thread, or still in its inbox) fail with the same SessionFencedError, never
+    with an out-of-sequence error from a head the fence dropped."""
+    with trio.fail_after(20):
+        async with (
+            open_postgres_store(postgres_dsn) as a,
+            open_postgres_store(postgres_dsn) as b,
+        ):
+            await a.create_session("s", None)
+            _expire(postgres_dsn, "s")
+            await b.claim("s")
+            logged: list[Any] = []
+            tickets = []
+            for n in range(6):
+                batch = [ApprovalGrant(tool_name=f"t{n}")]
+                tickets.append(a.submit("s", len(logged), batch, fold_all([*logged, *batch])))
+                logged += batch
+                await trio.lowlevel.checkpoint()  # the writer takes it: groups in flight, queued
+            for ticket in tickets:
+                with pytest.raises(SessionFencedError, match=r"was taken over .* epoch 1\)"):
+                    await ticket.wait()
+            assert await b.read("s") == []

@@ -406,7 +406,10 @@ class GroupWriter:
     # ----------------------------------------------------------------- writing a group
 
     def _stage(self, writes: Sequence[Request], now: int) -> Job:
-        """Stage *writes* on top of the group in flight, if any (hot path)."""
+        """Stage *writes* on top of the group in flight, if any (hot path); the writes of a
+        session another process took over are refused with its fence, not staged."""
+        if self._fenced:
+            writes = self._unfenced(writes)
         return stage_group(
             writes,
             now=now,
@@ -547,6 +550,18 @@ class GroupWriter:
             # A bug, not an I/O error: stop accepting work rather than guess.
             self._broken = f"unexpected {type(exc).__name__}: {exc}"
 
+    def _unfenced(self, writes: Sequence[Request]) -> list[Request]:
+        """*writes* but those of fenced sessions (queued before the fence was known), which are
+        refused with their session's fence."""
+        kept = []
+        for request in writes:
+            fenced = self._fenced.get(request.session_id)
+            if fenced is None:
+                kept.append(request)
+            else:
+                self._refuse(request, fenced)
+        return kept
+
     def _fence(self, fenced: Mapping[str, StoreError]) -> None:
         """Another process owns *fenced* now: forget their heads, refuse their writes."""
         for session_id, error in fenced.items():
@@ -642,7 +657,10 @@ class GroupWriter:
         self._next_seq.pop(session_id, None)
         self._adrift.discard(session_id)
         try:
-            entries = await self._recover_heads({session_id: head})
+            # A store with one writer recovered every session at open: a pending ask here
+            # belongs to a live question of this process, not to a crash tail.
+            shared = self.backend.lease_ttl is not None
+            entries = await self._recover_heads({session_id: head} if shared else {})
         except StoreError as exc:
             request.fail(exc)
             return

@@ -214,7 +214,7 @@ def write_group(
         for session_id in ids:
             if session_id not in kept:
                 fenced[session_id] = leases.fenced_error(session_id)
-                epochs.pop(session_id, None)
+                leases.drop(session_id)
     if plan.fault is not None:
         raise plan.fault  # the test seam: reported as failed, yet committed
     return fenced

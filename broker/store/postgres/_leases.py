@@ -59,13 +59,21 @@ class Leases:
     owner: str = attrs.field(factory=owner_id)
     #: session id → the epoch this process holds it at (committed).
     epochs: dict[str, int] = attrs.field(factory=dict)
+    #: session id → the epoch this process held it at when it found it taken over.
+    lost: dict[str, int] = attrs.field(factory=dict)
 
     def _table(self, name: str) -> sql.Composed:
         return sql.SQL("{s}.{t}").format(s=sql.Identifier(self.schema), t=sql.Identifier(name))
 
+    def drop(self, session_id: str) -> None:
+        """*session_id* was found taken over: this process no longer holds it."""
+        epoch = self.epochs.pop(session_id, None)
+        if epoch is not None:
+            self.lost[session_id] = epoch
+
     def fenced_error(self, session_id: str) -> SessionFencedError:
         """The error of a write to *session_id*, which this process does not own (now)."""
-        epoch = self.epochs.get(session_id)
+        epoch = self.epochs.get(session_id, self.lost.get(session_id))
         if epoch is None:
             return SessionFencedError(
                 f"session {session_id!r} in {self.where} is not owned by this process: resume "
@@ -137,6 +145,7 @@ class Leases:
             conn.rollback()
             raise
         self.epochs[session_id] = epoch
+        self.lost.pop(session_id, None)
         return head
 
     def _refuse(self, conn: Conn, session_id: str) -> None:
@@ -228,5 +237,5 @@ class Leases:
             if session_id not in kept
         }
         for session_id in lost:
-            del self.epochs[session_id]
+            self.drop(session_id)
         return lost
