@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ._client import GatedTools as GatedTools
 from ._client import ToolCaller as ToolCaller
-from ._gate import refusal_text as refusal_text
 from ._gate import relay as relay
+from ._messages import refusal_text as refusal_text
 from ._rules import GateRules as GateRules
 from ._rules import RulesError as RulesError
 from ._serve import serve_mcp_gate as serve_mcp_gate

@@ -32,8 +32,8 @@ Every line passes through as the bytes received, in both directions, except:
   ``inputResponses``);
 * what the gate refuses: lines over the size limit, bad JSON, duplicated keys, batches,
   responses to ids nobody asked (a forged or late answer), ids reused while in flight. The
-  sender gets a JSON-RPC error where it can be addressed; from the server such frames are
-  dropped and logged.
+  sender gets a JSON-RPC error (id null where the frame cannot be addressed); nothing of such
+  a frame reaches the other side.
 
 Who answers, in order: the rules (``allow``/``deny`` patterns), then the client's user through
 elicitation racing remote answers on the store's board (``broker answer``), then nothing:
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-import json
 import logging
 import secrets
 from typing import TYPE_CHECKING, Any, Final
@@ -76,6 +75,16 @@ from ._frames import (
     parse_frame,
     valid_id,
 )
+from ._messages import (
+    INPUT_KEY,
+    advertises_form_elicitation,
+    canonical,
+    elicitation_message,
+    elicited,
+    is_stateless,
+    refusal,
+    stateless_elicits,
+)
 from ._rules import GateRules
 
 if TYPE_CHECKING:
@@ -83,7 +92,7 @@ if TYPE_CHECKING:
     from .._broker import Broker
     from .._session import Session
 
-__all__ = ["GATE_ID_PREFIX", "MAX_HELD", "MAX_LINE_BYTES", "refusal_text", "relay"]
+__all__ = ["GATE_ID_PREFIX", "MAX_HELD", "MAX_LINE_BYTES", "REASON_ARGUMENTS", "relay"]
 
 log = logging.getLogger("broker.mcp")
 
@@ -107,75 +116,6 @@ _METHOD_NOT_FOUND = -32601
 _INVALID_PARAMS = -32602
 _PARSE_ERROR = -32700
 _SERVER_ERROR = -32000
-
-_WHY = {
-    Outcome.REJECTED: "it was refused, by a rule or by the person asked",
-    Outcome.UNAVAILABLE: "no one could be asked, so it fails closed",
-    Outcome.CANCELLED: "the question was withdrawn before it was answered",
-}
-
-
-def refusal_text(name: str, outcome: Outcome) -> str:
-    """The tool result text the client gets for a call the broker did not allow."""
-    return (
-        f"broker mcp-gate: the tool call {printable(name)!r} was not run: approval "
-        f"{outcome.value} ({_WHY[outcome]}). The MCP server never received it."
-    )
-
-
-#: Where a 2026-07-28 request carries its protocol version (the per-request envelope).
-_VERSION_META_KEY: Final = "io.modelcontextprotocol/protocolVersion"
-#: Where a 2026-07-28 request carries the client's capabilities.
-_CAPABILITIES_META_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
-#: The key of the gate's question in an input-required result (2026-07-28).
-INPUT_KEY: Final = "broker-approval"
-
-
-def _stateless_elicits(params: dict[str, Any]) -> bool:
-    """Whether a 2026-07-28 request's envelope advertises form elicitation."""
-    meta = params.get("_meta")
-    capabilities = meta.get(_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
-    return _stateless(params) and _advertises_form_elicitation({"capabilities": capabilities})
-
-
-def _stateless(params: dict[str, Any]) -> bool:
-    """Whether a request speaks the stateless revision (2026-07-28 and later): its envelope
-    names a protocol version in ``_meta``."""
-    meta = params.get("_meta")
-    return isinstance(meta, dict) and isinstance(meta.get(_VERSION_META_KEY), str)
-
-
-def _refusal(request_id: object, name: str, outcome: Outcome, *, stateless: bool = False) -> bytes:
-    result: dict[str, Any] = {
-        "content": [{"type": "text", "text": refusal_text(name, outcome)}],
-        "isError": True,
-    }
-    if stateless:
-        # The 2026-07-28 schema requires resultType; older clients may refuse unknown keys.
-        result["resultType"] = "complete"
-    return encode({"jsonrpc": "2.0", "id": request_id, "result": result})
-
-
-def _dumps(value: object, *, ascii_only: bool) -> str:
-    return json.dumps(value, ensure_ascii=ascii_only, separators=(",", ":"), allow_nan=False)
-
-
-def _canonical(message: dict[str, Any], arguments: object) -> tuple[bytes, str]:
-    """The line forwarded for an allowed call and the arguments' text inside it.
-
-    Invariant: the arguments' text is a byte-exact substring of the line (the same encoder
-    settings encode the nested value the same way), so what the person was shown is what the
-    server reads. A lone surrogate (legal as a JSON escape) cannot be UTF-8: then both are
-    ASCII with escapes.
-    """
-    for ascii_only in (False, True):
-        text = _dumps(message, ascii_only=ascii_only)
-        try:
-            line = (text + "\n").encode("utf-8")
-        except UnicodeEncodeError:
-            continue
-        return line, _dumps(arguments, ascii_only=ascii_only)
-    raise AssertionError("unreachable: ASCII JSON always encodes")  # pragma: no cover
 
 
 @attrs.define(eq=False)
@@ -453,7 +393,7 @@ class _Relay:
             )
             return
         if method == "initialize":
-            self.client_elicits = _advertises_form_elicitation(message.get("params"))
+            self.client_elicits = advertises_form_elicitation(message.get("params"))
         self._forward(key, request_id)
         await self.to_upstream.send(line + b"\n")
 
@@ -542,17 +482,17 @@ class _Relay:
             # The retry the server asked for, of a call allowed once: the same call going on,
             # not a new one (its question was asked); forwarded as sent, re-encoded.
             log.info("forwarded call %s: it continues an allowed call (requestState)", key)
-            line, shown = _canonical(message, arguments)
+            line, shown = canonical(message, arguments)
             self._forward(key, request_id, (name, shown))
             await self.to_upstream.send(line)
             return
         if len(self.held) + len(self.retries) >= MAX_HELD or self.closing or self._calls is None:
             log.warning("refused tool call %s at once: %d calls are waiting", key, len(self.held))
             await self._reply_client(
-                _refusal(request_id, name, Outcome.UNAVAILABLE, stateless=_stateless(params))
+                refusal(request_id, name, Outcome.UNAVAILABLE, stateless=is_stateless(params))
             )
             return
-        line, shown = _canonical(message, arguments)
+        line, shown = canonical(message, arguments)
         held = _Held(
             key=key,
             request_id=request_id,
@@ -560,8 +500,8 @@ class _Relay:
             name=name,
             arguments=shown,
             line=line,
-            stateless=_stateless(params),
-            elicits=_stateless_elicits(params),
+            stateless=is_stateless(params),
+            elicits=stateless_elicits(params),
         )
         self.held[key] = held
         self._calls.start_soon(self._decide, held)
@@ -584,7 +524,7 @@ class _Relay:
         """Whether a tools/call carrying the server's *state* repeats the allowed call that
         state was issued for (each state is used once)."""
         call = self.continuations.pop(state, None)
-        return call is not None and call == (name, _canonical(message, arguments)[1])
+        return call is not None and call == (name, canonical(message, arguments)[1])
 
     async def _retried(
         self, key: str, message: dict[str, Any], name: str, arguments: object, state: str
@@ -604,7 +544,7 @@ class _Relay:
                 )
             )
             return
-        _, shown = _canonical(message, arguments)
+        _, shown = canonical(message, arguments)
         if name != held.name or shown != held.arguments:
             await self._reply_client(
                 error_response(
@@ -618,7 +558,7 @@ class _Relay:
         params = message["params"]
         del self.retries[state]
         held.key, held.request_id = key, request_id
-        held.line, _ = _canonical({**held.message, "id": request_id}, arguments)
+        held.line, _ = canonical({**held.message, "id": request_id}, arguments)
         held.responses = params.get("inputResponses")
         self.held[key] = held
         held.retried.set()
@@ -663,8 +603,8 @@ class _Relay:
             self._forward(key, request_id, (held.name, held.arguments))
             await self._send(self.to_upstream, held.line)
         elif not held.withdrawn_by_client:
-            refusal = _refusal(request_id, held.name, outcome, stateless=held.stateless)
-            await self._send(self.to_client, refusal)
+            answer = refusal(request_id, held.name, outcome, stateless=held.stateless)
+            await self._send(self.to_client, answer)
         else:
             await trio.lowlevel.checkpoint()
 
@@ -777,7 +717,7 @@ class _Relay:
                         "id": request_id,
                         "method": "elicitation/create",
                         "params": {
-                            "message": _elicitation_message(req),
+                            "message": elicitation_message(req),
                             "requestedSchema": {"type": "object", "properties": {}},
                         },
                     }
@@ -789,7 +729,7 @@ class _Relay:
             del self.asks[key]
             if ask.response is None:
                 self._cancel_nowait(request_id)
-        return _elicited(ask.response)
+        return elicited(ask.response)
 
     async def _elicit_by_input_required(
         self, held: _Held, req: ApprovalRequest
@@ -805,7 +745,7 @@ class _Relay:
             "method": "elicitation/create",
             "params": {
                 "mode": "form",
-                "message": _elicitation_message(req),
+                "message": elicitation_message(req),
                 "requestedSchema": {"type": "object", "properties": {}},
             },
         }
@@ -821,7 +761,7 @@ class _Relay:
             await held.retried.wait()
         responses = held.responses
         answer = responses.get(INPUT_KEY) if isinstance(responses, dict) else None
-        return _elicited({"result": answer} if held.retried.is_set() else None)
+        return elicited({"result": answer} if held.retried.is_set() else None)
 
     def _cancel_nowait(self, request_id: str) -> None:
         notice = {
@@ -833,42 +773,6 @@ class _Relay:
             self.to_client.send_nowait(encode(notice))
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             log.info("could not tell the client that elicitation %s is over", request_id)
-
-
-def _elicitation_message(req: ApprovalRequest) -> str:
-    shown = printable(req.display_reason or req.reason or req.tool_name)
-    return (
-        f"{shown}\n\nAllow this tool call once? Accept runs it once; decline refuses it; "
-        "cancel withdraws the question (it is not run)."
-    )
-
-
-_ACTIONS = {
-    "accept": Outcome.ALLOWED_ONCE,
-    "decline": Outcome.REJECTED,
-    "cancel": Outcome.CANCELLED,
-}
-
-
-def _elicited(response: dict[str, Any] | None) -> Outcome | Answer:
-    if response is None:
-        return Outcome.UNAVAILABLE
-    result = response.get("result")
-    action = result.get("action") if isinstance(result, dict) else None
-    outcome = _ACTIONS.get(action) if isinstance(action, str) else None
-    if outcome is None:
-        log.warning("the client's elicitation answer was not accept/decline/cancel: %r", response)
-        return Outcome.UNAVAILABLE
-    return Answer(outcome=outcome, by="the MCP client's user (elicitation)")
-
-
-def _advertises_form_elicitation(params: object) -> bool:
-    capabilities = params.get("capabilities") if isinstance(params, dict) else None
-    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
-    if not isinstance(elicitation, dict):
-        return False
-    # 2025-06-18 advertises {}; 2025-11-25 may name its modes ({"form": {}, "url": {}}).
-    return not elicitation or "form" in elicitation
 
 
 async def _write(
