@@ -628,6 +628,37 @@ async def test_claim_returns_the_head_and_release_gives_it_back(
             assert await store.read("s") == events
 
 
+async def test_release_lands_the_writes_submitted_before_it(
+    kind: StoreKind, tmp_path: Path
+) -> None:
+    """A session's owner closes it: what it submitted is written before the store lets the
+    session go (a shared store gives up its lease only after that)."""
+    with trio.fail_after(10):
+        async with kind.open(tmp_path) as store:
+            await store.create_session("s", None)
+            logged, tickets = _submit_one_by_one(store, "a", "b", "c")
+            await store.release("s")
+            assert [(ticket.done, ticket.error) for ticket in tickets] == [(True, None)] * 3
+            assert kind.durable_log(store, tmp_path, "s") == logged
+    kind.verify(tmp_path)
+
+
+async def test_a_session_claimed_again_continues_its_log(kind: StoreKind, tmp_path: Path) -> None:
+    first = _turn(1, *_grants("a"))
+    with trio.fail_after(10):
+        async with kind.open(tmp_path) as store:
+            await store.create_session("s", None)
+            await store.append("s", first)
+            await store.release("s")
+            head = await store.claim("s")
+            assert head == StoreHead(seq=3, state=fold_all(first))
+            second = _turn(2, *_grants("b"))
+            assert await _outcome(store, "s", head.seq, second, fold_all([*first, *second])) is None
+            assert await store.read("s") == [*first, *second]
+            assert await store.head("s") == StoreHead(seq=6, state=fold_all([*first, *second]))
+    kind.verify(tmp_path)
+
+
 async def test_claim_of_a_session_the_store_does_not_hold_is_refused(
     kind: StoreKind, tmp_path: Path
 ) -> None:

@@ -188,13 +188,13 @@ class GroupStore:
         return request.head
 
     async def release(self, session_id: str) -> None:
-        """Its owner closed *session_id*: a shared store gives its lease back once the writes
-        queued before are settled; a store with one writer has nothing to release. Never raises
-        a :class:`StoreError` (a lease left behind just expires).
+        """Its owner closed *session_id*: returns once the writes queued before are settled; a
+        shared store then gives its lease back (a store with one writer holds none). Never
+        raises a :class:`StoreError` (a lease left behind just expires).
 
         Cancellation: safe; a release already queued may still be carried out.
         """
-        if self._closed or self._writer.backend.lease_ttl is None:
+        if self._closed:
             await trio.lowlevel.checkpoint()
             return
         try:

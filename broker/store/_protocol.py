@@ -173,8 +173,9 @@ class EventStore(Protocol):
         ...
 
     async def release(self, session_id: str) -> None:
-        """Its owner closed *session_id*: a shared store gives up the lease. Never raises a
-        :class:`StoreError` (a lease left behind just expires). Cancellation: safe."""
+        """Its owner closed *session_id*: once what was submitted for it is written, a shared
+        store gives up the lease. Never raises a :class:`StoreError` (a lease left behind just
+        expires). Cancellation: safe."""
         ...
 
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
