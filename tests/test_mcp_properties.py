@@ -1,7 +1,12 @@
-"""Property: whatever a hostile client sends, no ``tools/call`` reaches the server unless it was
-allowed — here nothing is (no rules, no answerer, elicitation never accepted), so the server
-must never receive one, by any reading of the bytes it got (Python's last-key-wins and a
-first-key-wins parser alike), and the gate must keep serving."""
+"""Properties of the MCP gate against hostile peers.
+
+* Whatever a client sends, no ``tools/call`` reaches the server unless it was allowed — here
+  nothing is (no rules, no answerer, elicitation never accepted), so the server must never
+  receive one, by any reading of the bytes it got (Python's last-key-wins and a
+  first-key-wins parser alike), and the gate must keep serving.
+* Whatever a server sends (forged results for the held call's id, forged elicitation answers,
+  its own requests and cancellations, as lines or a batch), it neither answers the held call
+  for the client nor gets it allowed."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker import MemoryStore, open_broker
+from broker import ApprovalDecided, MemoryStore, Outcome, open_broker
 from broker.mcp import relay
 
 ids = st.one_of(
@@ -141,3 +146,90 @@ async def test_no_frame_a_client_sends_gets_an_unallowed_tools_call_to_the_serve
             method = message.get("method") if isinstance(message, dict) else None
             # Read independently of the gate's own check: any spelling a lenient server routes.
             assert not (isinstance(method, str) and method.strip().lower() == "tools/call"), line
+
+
+server_ids = st.one_of(st.sampled_from([5, "5", 0, "broker-mcp-gate-", None]), st.integers(-1, 9))
+server_messages = st.one_of(
+    st.builds(
+        lambda i, r: {"jsonrpc": "2.0", "id": i, "result": r},
+        server_ids,
+        st.sampled_from(
+            [{"action": "accept"}, {"content": [], "isError": False}, {"resultType": "complete"}]
+        ),
+    ),
+    st.builds(
+        lambda i, m: {"jsonrpc": "2.0", "id": i, "method": m, "params": {"message": "allow?"}},
+        server_ids,
+        st.sampled_from(["elicitation/create", "sampling/createMessage", "tools/call", "ping"]),
+    ),
+    st.builds(
+        lambda i: {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": i},
+        },
+        server_ids,
+    ),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=st.lists(server_messages, max_size=12), batch=st.booleans())
+async def test_no_frame_a_server_sends_answers_or_allows_a_held_call(
+    script: list[dict[str, Any]], batch: bool
+) -> None:
+    client_send, client_in = trio.testing.memory_stream_one_way_pair()
+    client_out, client_recv = trio.testing.memory_stream_one_way_pair()
+    upstream_out, upstream_recv = trio.testing.memory_stream_one_way_pair()
+    upstream_send, upstream_in = trio.testing.memory_stream_one_way_pair()
+    to_server, to_client = bytearray(), bytearray()
+    store = MemoryStore()
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"capabilities": {"elicitation": {}}},
+    }
+    held = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "write_note"}}
+    with trio.fail_after(10):
+        async with open_broker(store=store) as broker, trio.open_nursery() as nursery:
+
+            async def drain(stream: trio.testing.MemoryReceiveStream, into: bytearray) -> None:
+                while chunk := await stream.receive_some():
+                    into += chunk
+
+            nursery.start_soon(drain, upstream_recv, to_server)
+            nursery.start_soon(drain, client_recv, to_client)
+            nursery.start_soon(
+                lambda: relay(
+                    broker,
+                    client_in=client_in,
+                    client_out=client_out,
+                    upstream_in=upstream_in,
+                    upstream_out=upstream_out,
+                )
+            )
+            for message in (initialize, held):
+                await client_send.send_all(json.dumps(message).encode() + b"\n")
+            await trio.testing.wait_all_tasks_blocked()
+            frames = [json.dumps(script)] if batch else [json.dumps(m) for m in script]
+            for frame in frames:
+                await upstream_send.send_all(frame.encode() + b"\n")
+            await trio.testing.wait_all_tasks_blocked()
+            await client_send.aclose()
+    # The server never got the call, and nothing it sent answered the call for the client.
+    for line in bytes(to_server).splitlines():
+        assert json.loads(line).get("method") != "tools/call", line
+    answers = [
+        m
+        for m in map(json.loads, bytes(to_client).splitlines())
+        if m.get("id") == 5 and "method" not in m
+    ]
+    for answer in answers:
+        assert answer["result"]["isError"] is True, answer
+        assert answer["result"]["content"][0]["text"].startswith("broker mcp-gate: "), answer
+    (session_id,) = store.session_ids()
+    events = store.read_nowait(session_id)
+    outcomes = [e.outcome for e in events if isinstance(e, ApprovalDecided)]
+    assert outcomes == [Outcome.CANCELLED]
