@@ -16,7 +16,15 @@ import pytest
 import trio
 import trio.testing
 
-from broker import ApprovalAsked, ApprovalDecided, Event, MemoryStore, Outcome, open_broker
+from broker import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalGrant,
+    Event,
+    MemoryStore,
+    Outcome,
+    open_broker,
+)
 from broker.mcp import GateRules, refusal_text, relay
 from broker.mcp._gate import MAX_HELD
 
@@ -691,3 +699,17 @@ async def test_a_server_state_does_not_carry_a_different_call_past_the_gate() ->
         assert forwarded["id"] == 34
         assert await wire.hang_up() == []
     assert [d.outcome for _, d in wire.pairs()] == [Outcome.ALLOWED_ONCE] * 2
+
+
+async def test_a_tool_the_rules_allow_is_remembered_after_its_first_call() -> None:
+    async with gate(GateRules(allow=["read_*"], source="rules file gate.toml")) as wire:
+        for n in (40, 41):
+            await wire.client.write(call(n, "read_note", {"n": n}))
+            assert json.loads(await wire.server.line())["id"] == n
+            await trio.testing.wait_all_tasks_blocked()
+        assert await wire.hang_up() == []
+    (first, second) = [decided for _, decided in wire.pairs()]
+    assert (first.answered_by, first.remembered) == ("rules file gate.toml", False)
+    assert (second.answered_by, second.remembered) == (None, True)
+    grants = [e for e in wire.events() if isinstance(e, ApprovalGrant)]
+    assert [g.tool_name for g in grants] == ["read_note"]

@@ -178,6 +178,8 @@ class _Relay:
     deadline: float
     max_line_bytes: int
     server_deadline: float
+    #: Whose answers are the rules' (``answeredBy``): a tool they allowed is then granted.
+    rules_source: str
     to_client: trio.MemorySendChannel[bytes] = attrs.field(init=False)
     to_upstream: trio.MemorySendChannel[bytes] = attrs.field(init=False)
     _client_rx: trio.MemoryReceiveChannel[bytes] = attrs.field(init=False)
@@ -579,8 +581,11 @@ class _Relay:
             display_reason=f"MCP tool call: {held.name}, arguments: {arguments}",
             signal=held.signal,
         )
+        by_rules = False
         try:
-            outcome = await self.broker.request(req)
+            decision = await self.broker.request_decision(req)
+            outcome = decision.outcome
+            by_rules = decision.answered_by == self.rules_source
         except BrokerError:
             # Containment: a question that could not be put fails closed.
             log.warning("tool call %s could not be asked; refused", held.key, exc_info=True)
@@ -602,10 +607,23 @@ class _Relay:
         if outcome is Outcome.ALLOWED_ONCE:
             self._forward(key, request_id, (held.name, held.arguments))
             await self._send(self.to_upstream, held.line)
+            if by_rules and not self.closing:
+                await self._grant(held.name)
         elif not held.withdrawn_by_client:
             answer = refusal(request_id, held.name, outcome, stateless=held.stateless)
             await self._send(self.to_client, answer)
         else:
+            await trio.lowlevel.checkpoint()
+
+    async def _grant(self, name: str) -> None:
+        """The rules allow *name* for the whole connection: remember it on the session, so
+        its next calls are decided at admission (``remembered: true``), their ``asked`` and
+        ``decided`` made durable together — one wait on the store instead of two."""
+        try:
+            await self.broker.grant(self.session, name)
+        except BrokerError:
+            # Containment: without the grant the next call is asked through the rules again.
+            log.warning("could not remember tool %r for the session", name, exc_info=True)
             await trio.lowlevel.checkpoint()
 
     # -- the server's side -----------------------------------------------------------------
@@ -851,6 +869,7 @@ async def relay(
             upstream_out=upstream_out,
             deadline=deadline,
             server_deadline=server_deadline,
+            rules_source=(rules or GateRules()).source,
             max_line_bytes=max_line_bytes,
         )
         remote = broker.remote_answerer(deadline=deadline) if remote_answers else None
