@@ -299,3 +299,29 @@ async def test_every_write_of_a_fenced_session_in_flight_or_queued_gets_the_fenc
                 with pytest.raises(SessionFencedError, match=r"was taken over .* epoch 1\)"):
                     await ticket.wait()
             assert await b.read("s") == []
+
+
+async def test_a_claim_does_not_wait_behind_a_paused_owners_open_transaction(
+    postgres_dsn: str,
+) -> None:
+    """The former owner is paused inside a write (its transaction holds the session's row):
+    the claim gives up after a moment with SessionOwnedError instead of holding up the
+    claiming writer, whose other sessions go on; once the transaction ends it succeeds."""
+    with trio.fail_after(20):
+        async with open_postgres_store(postgres_dsn) as a:
+            await a.create_session("s", None)
+        with psycopg.connect(postgres_dsn) as paused:  # a transaction left open
+            paused.execute("SELECT 1 FROM broker.sessions WHERE id = 's' FOR UPDATE")
+            async with open_postgres_store(postgres_dsn) as b:
+                with pytest.raises(
+                    SessionOwnedError,
+                    match=r"^session 's' in postgresql store '.*' is held by an open transaction "
+                    r"of its former owner \(a writer paused inside a write\?\): resume it again "
+                    r"in a moment — the server ends such a transaction once it has idled for its "
+                    r"owner's lease ttl$",
+                ):
+                    await b.claim("s")
+                await b.append("t", [ApprovalGrant(tool_name="x")])  # b is not held up
+                paused.rollback()
+                assert (await b.claim("s")).seq == 0
+                assert _lease(postgres_dsn, "s") == (b.owner, 2)

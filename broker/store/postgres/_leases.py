@@ -21,6 +21,7 @@ import socket
 from typing import TYPE_CHECKING
 
 import attrs
+import psycopg
 from psycopg import sql
 
 from .._checkpoint import PROJECTION_FINGERPRINT
@@ -35,8 +36,10 @@ if TYPE_CHECKING:
 
     Conn = Connection[tuple[object, ...]]
 
-__all__ = ["NOW_MS", "Leases", "owner_id"]
+__all__ = ["CLAIM_LOCK_WAIT", "NOW_MS", "Leases", "owner_id"]
 
+#: How long a claim waits for a row its former owner's open transaction holds.
+CLAIM_LOCK_WAIT = "250ms"
 #: The server's clock in milliseconds: every lease time is the server's, never a host's.
 NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::int8"
 
@@ -112,18 +115,22 @@ class Leases:
         epoch + 1 and return its head, folded by *load* from ``(head_seq, head_hash,
         checkpoint)`` in the same transaction (after any group its former owner committed).
         None when the store does not hold it; :class:`SessionOwnedError` while another process
-        holds a live lease. Nothing is changed when it raises."""
+        holds a live lease, or while its former owner's last write is still open (a writer
+        paused inside a transaction holds the row until the server ends that transaction, a
+        ttl later): the claim waits at most :data:`CLAIM_LOCK_WAIT` for it, so the writer that
+        claims is not held up. Nothing is changed when it raises."""
         try:
-            row = conn.execute(
-                sql.SQL(
-                    "UPDATE {t} SET owner = %s, epoch = epoch + 1, "
-                    "lease_expires_ms = " + NOW_MS + " + %s "
-                    "WHERE id = %s AND (owner IS NULL OR owner = %s OR lease_expires_ms <= "
-                    + NOW_MS
-                    + ") RETURNING epoch, head_seq, head_hash"
-                ).format(t=self._table("sessions")),
-                (self.owner, self.ttl_ms, session_id, self.owner),
-            ).fetchone()
+            conn.execute(f"SET LOCAL lock_timeout = '{CLAIM_LOCK_WAIT}'")
+            try:
+                row = self._take(conn, session_id)
+            except psycopg.errors.LockNotAvailable:
+                conn.rollback()
+                raise SessionOwnedError(
+                    f"session {session_id!r} in {self.where} is held by an open transaction of "
+                    "its former owner (a writer paused inside a write?): resume it again in a "
+                    "moment — the server ends such a transaction once it has idled for its "
+                    "owner's lease ttl"
+                ) from None
             if row is None:
                 self._refuse(conn, session_id)
                 conn.rollback()
@@ -147,6 +154,20 @@ class Leases:
         self.epochs[session_id] = epoch
         self.lost.pop(session_id, None)
         return head
+
+    def _take(self, conn: Conn, session_id: str) -> tuple[object, ...] | None:
+        """The lease taken (``(epoch, head_seq, head_hash)``), or None when it is live or the
+        session does not exist."""
+        return conn.execute(
+            sql.SQL(
+                "UPDATE {t} SET owner = %s, epoch = epoch + 1, "
+                "lease_expires_ms = " + NOW_MS + " + %s "
+                "WHERE id = %s AND (owner IS NULL OR owner = %s OR lease_expires_ms <= "
+                + NOW_MS
+                + ") RETURNING epoch, head_seq, head_hash"
+            ).format(t=self._table("sessions")),
+            (self.owner, self.ttl_ms, session_id, self.owner),
+        ).fetchone()
 
     def _refuse(self, conn: Conn, session_id: str) -> None:
         """Raise :class:`SessionOwnedError` if *session_id* exists (its lease is live)."""
