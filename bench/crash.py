@@ -1,13 +1,15 @@
 """The crash loop: kill -9 a broker workload at random points, then prove nothing was lost.
 
-    python -m bench.crash [--kills N] [--seed S] [--quick] [--store PATH]
+    python -m bench.crash [--kills N] [--seed S] [--quick] [--store PATH | --store DSN]
 
-Each round starts ``bench.crash_workload`` (a real broker on a real SQLite file, several
-sessions asking questions) on the same store, SIGKILLs it after a random delay, then:
+Each round starts ``bench.crash_workload`` (a real broker on a real SQLite file — or, with
+``--store postgresql://…``, on that database — several sessions asking questions) on the same
+store, SIGKILLs it after a random delay, then:
 
-1. ``verify`` the file as it was left (chain, pairing allowing the crash tail, checkpoints);
+1. ``verify`` the store as it was left (chain, pairing allowing the crash tail, checkpoints);
 2. reopen it for writing — recovery closes each dangling ask (``cancelled``, ``recovered``)
-   and each open turn (``interrupted``);
+   and each open turn (``interrupted``); on PostgreSQL another process takes each session
+   over (``claim``, once the killed workload's 1 s leases have expired), which recovers it;
 3. ``verify`` again, strictly: every ask now paired, every question turn-enclosed;
 4. check that every question the workload had reported as answered (its ``request()`` had
    returned) is in the log with that exact outcome.
@@ -30,14 +32,20 @@ from pathlib import Path
 
 import trio
 
-from broker.store import open_sqlite_reader, open_sqlite_store
-from broker.store._logtools import VerifyError, verify_store
+from broker.store import (
+    SessionOwnedError,
+    open_postgres_store,
+    open_sqlite_store,
+    parse_store_url,
+)
+from broker.store._logtools import VerifyError, open_reader, verify_store
+from broker.store._url import PostgresUrl
 
 
-def _round(path: Path, seed: int, delay: float) -> list[tuple[str, str, str]]:
+def _round(path: str, seed: int, delay: float) -> list[tuple[str, str, str]]:
     """Run the workload for *delay* seconds, SIGKILL it, return its acknowledgements."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.crash_workload", str(path), str(seed)],
+        [sys.executable, "-m", "bench.crash_workload", path, str(seed)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -53,16 +61,43 @@ def _round(path: Path, seed: int, delay: float) -> list[tuple[str, str, str]]:
     return acks
 
 
-async def _recover(path: Path) -> tuple[int, int]:
-    async with open_sqlite_store(path) as store:
-        report = store.recovery
+async def _prepare(path: str) -> None:
+    """Create the store (a kill may come before the workload got to it: verify reads it)."""
+    where = parse_store_url(path)
+    if isinstance(where, PostgresUrl):
+        async with open_postgres_store(where.dsn):
+            pass
+    else:
+        async with open_sqlite_store(where.path):
+            pass
+
+
+async def _recover(path: str) -> tuple[int, int]:
+    where = parse_store_url(path)
+    if not isinstance(where, PostgresUrl):
+        async with open_sqlite_store(where.path) as store:
+            report = store.recovery
+        return report.cancelled_asks, report.interrupted_turns
+    with open_reader(path) as reader:
+        session_ids = [info.session_id for info in reader.sessions()]
+    async with open_postgres_store(where.dsn) as postgres:
+        with trio.fail_after(60):
+            for session_id in session_ids:
+                while True:  # the killed workload's leases expire first
+                    try:
+                        await postgres.claim(session_id)
+                    except SessionOwnedError:
+                        await trio.sleep(0.1)
+                    else:
+                        break
+        report = postgres.recovery
     return report.cancelled_asks, report.interrupted_turns
 
 
-def _logged_outcomes(path: Path) -> dict[str, str]:
+def _logged_outcomes(path: str) -> dict[str, str]:
     """call id -> outcome of every decided question in the store."""
     outcomes: dict[str, str] = {}
-    with open_sqlite_reader(path) as reader:
+    with open_reader(path) as reader:
         for info in reader.sessions():
             call_of: dict[str, str] = {}
             for row in reader.rows(info.session_id):
@@ -80,14 +115,19 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="3 kills, for CI")
-    parser.add_argument("--store", type=Path, help="store file (default: a temporary one)")
+    parser.add_argument(
+        "--store",
+        help="store file or postgresql:// URL (default: a temporary file); a database is used "
+        "as it is: pass one of its own",
+    )
     args = parser.parse_args()
     kills = 3 if args.quick else args.kills
     rng = random.Random(args.seed)
     violations: list[str] = []
     acked_total = recovered_asks = interrupted = 0
     with tempfile.TemporaryDirectory(prefix="broker-crash-") as tmp:
-        path = args.store or Path(tmp) / "crash.sqlite"
+        path = args.store or str(Path(tmp) / "crash.sqlite")
+        trio.run(_prepare, path)
         acked: dict[str, str] = {}
         for round_no in range(kills):
             acks = _round(path, args.seed * 1000 + round_no, rng.uniform(0.3, 1.2))
@@ -113,7 +153,7 @@ def main() -> int:
                         f"says {logged.get(call_id)}"
                     )
         events = 0
-        with open_sqlite_reader(path) as reader:
+        with open_reader(path) as reader:
             for info in reader.sessions():
                 events += info.head_seq
     print(f"crash loop: {kills} kills (SIGKILL), seed {args.seed}")

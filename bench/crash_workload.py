@@ -2,10 +2,12 @@
 
 Usage: ``python -m bench.crash_workload STORE SEED``
 
-Several sessions run turns through a real broker on the SQLite store (synchronous=FULL) and
-ask questions that a scripted answerer decides (some after a pause, so a kill often lands while
-a question is open). After each ``request()`` returns — both audit events durable — it prints,
-flushed: ``ack <session> <call-id> <outcome>``. Runs until killed (or 30 s at most).
+Several sessions run turns through a real broker on the store STORE names (an SQLite file,
+synchronous=FULL; or a ``postgresql://`` URL, with leases of :data:`LEASE_TTL` seconds so the
+next round can take the killed sessions over soon) and ask questions that a scripted answerer
+decides (some after a pause, so a kill often lands while a question is open). After each
+``request()`` returns — both audit events durable — it prints, flushed:
+``ack <session> <call-id> <outcome>``. Runs until killed (or 30 s at most).
 """
 
 from __future__ import annotations
@@ -15,10 +17,24 @@ import sys
 
 import trio
 
-from broker import AnswerNext, ApprovalRequest, Broker, Outcome, Session, open_broker
+from broker import (
+    AnswerFn,
+    AnswerNext,
+    ApprovalRequest,
+    Broker,
+    EventStore,
+    Outcome,
+    Session,
+    open_broker,
+)
+from broker.store import parse_store_url
+from broker.store._url import PostgresUrl
+from broker.store.postgres import open_postgres_store
 
 SESSIONS = 8
 MAX_SECONDS = 30
+#: Seconds a killed workload's sessions stay leased on PostgreSQL.
+LEASE_TTL = 1.0
 
 
 async def _session(broker: Broker, session: Session, rng: random.Random) -> None:
@@ -44,7 +60,16 @@ async def main(path: str, seed: int) -> None:
             await trio.lowlevel.checkpoint()
         return rng.choice([Outcome.ALLOWED_ONCE, Outcome.REJECTED])
 
-    async with open_broker(store=path) as broker, broker.answerer(answerer):
+    where = parse_store_url(path)
+    if isinstance(where, PostgresUrl):
+        async with open_postgres_store(where.dsn, lease_ttl=LEASE_TTL) as store:
+            await _run(store, seed, answerer)
+    else:
+        await _run(path, seed, answerer)
+
+
+async def _run(store: EventStore | str, seed: int, answerer: AnswerFn) -> None:
+    async with open_broker(store=store) as broker, broker.answerer(answerer):
         with trio.move_on_after(MAX_SECONDS):
             async with trio.open_nursery() as nursery:
                 for index in range(SESSIONS):
