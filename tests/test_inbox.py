@@ -356,7 +356,8 @@ async def test_the_session_view_reads_an_sqlite_log_and_refuses_what_it_cannot_s
             404,
             {
                 "error": (
-                    "no session view here: the inbox reads session logs from an SQLite store only"
+                    "no session view here: the inbox reads session logs from a SQLite or "
+                    "PostgreSQL store"
                 )
             },
         )

@@ -1,6 +1,6 @@
 """*Always allow* in the inbox, where the asker offers it: the answer remembers the tool for
 the session (``approval/grant``) and allows once; where it is not offered it is refused (400)
-and nothing is recorded."""
+and nothing is recorded. And the session view on a PostgreSQL store."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import json
 import trio
 import trio.testing
 
-from broker import ApprovalRequest, Broker, Decision, Outcome, Session
+from broker import ApprovalRequest, Broker, Decision, Outcome, Session, open_broker
 
 from .conftest import types_of
 from .inbox_support import Inbox, http, open_inbox
-from .test_inbox import answering
+from .test_inbox import BEARER, answering
 
 
 async def ask_and_answer(
@@ -73,3 +73,17 @@ async def test_always_allow_where_not_offered_is_400_and_records_nothing(
     assert "does not offer always-allow" in str(body)
     assert [(d.outcome, d.answered_by) for d in decisions] == [(Outcome.REJECTED, "bob")]
     assert "approval/grant" not in types_of(approval_broker, approval_session)
+
+
+async def test_the_session_view_reads_a_postgresql_log(postgres_dsn: str) -> None:
+    with trio.fail_after(30):
+        async with open_broker(store=postgres_dsn) as broker, broker.open_session() as session:
+            async with open_inbox(broker, poll_interval=0.01) as inbox:
+                async with session.turn():
+                    pass
+                seen = await http(
+                    inbox.port, "GET", f"/api/session?id={session.id}", headers=BEARER
+                )
+    assert seen.status == 200, seen.body
+    view = json.loads(seen.body)
+    assert [row["type"] for row in view["rows"]] == ["turn/start", "turn/end"]

@@ -156,7 +156,8 @@ class InboxApp:
         if self.log is None:
             return _problem(
                 404,
-                "no session view here: the inbox reads session logs from an SQLite store only",
+                "no session view here: the inbox reads session logs from a SQLite or PostgreSQL "
+                "store",
             )
         if not session_id:
             return _problem(400, "id is required: /api/session?id=SESSION_ID")

@@ -116,7 +116,7 @@ def _view(timeline: Timeline, limit: int) -> SessionView:
 
 @attrs.define(eq=False)
 class SessionLog:
-    """The session views of the SQLite store file *path* (module doc)."""
+    """The session views of the store *path* names (a file, or a ``postgresql://`` URL)."""
 
     path: str | os.PathLike[str]
     limit: int = 1000
@@ -133,5 +133,12 @@ class SessionLog:
 
 
 def session_log_of(board: AnswerBoard) -> SessionLog | None:
-    """The session log beside *board*, where this inbox can read it (an SQLite store)."""
-    return SessionLog(board.path) if isinstance(board, SqliteBoard) else None
+    """The session log beside *board*, where this inbox can read it: an SQLite store's file,
+    or a PostgreSQL store in its default schema (a board in another schema has no view)."""
+    if isinstance(board, SqliteBoard):
+        return SessionLog(board.path)
+    # Duck-typed: naming PostgresBoard here would import psycopg with the inbox.
+    dsn, schema = getattr(board, "dsn", None), getattr(board, "schema", None)
+    if isinstance(dsn, str) and schema == "broker":
+        return SessionLog(dsn)
+    return None
