@@ -75,6 +75,7 @@ bench: $(STAMP) system-deps
 	$(PY) -W error -m bench.crash
 	$(PY) -W error -m bench.pgstore
 	$(PY) -W error -m bench.remote
+	$(PY) -W error -m bench.mcp_gate
 
 bench-quick: $(STAMP) system-deps
 	$(PY) -W error -m bench --quick
