@@ -586,7 +586,13 @@ class GroupWriter:
         try:
             known = {session_id: self._heads.get(session_id) for session_id in session_ids}
             fresh = await self._thread.run(functools.partial(self.backend.reread_heads, known))
-        except self._expected as exc:
+        except self.backend.io_errors:
+            # Not read (a server that is away, a store that reconnects): still unsure, re-read
+            # at the next settle; what is staged meanwhile on a stale head fails on its seq.
+            self._unsure.update(session_ids)
+            await trio.lowlevel.checkpoint()
+            return
+        except StoreError as exc:
             self._broken = f"re-reading the store after a failed write failed: {exc}"
             await trio.lowlevel.checkpoint()
             return

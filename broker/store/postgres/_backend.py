@@ -24,7 +24,7 @@ import psycopg
 
 from .._backend import ConnectionLost, LeasesLost
 from .._chain import GENESIS
-from .._protocol import SessionRecord, StoreError, StoreLockedError
+from .._protocol import SessionRecord, StoreError, StoreLockedError, StoreOpenError
 from .._url import redact_dsn
 from ._jobs import (
     GroupArrays,
@@ -49,7 +49,10 @@ if TYPE_CHECKING:
     from .._heads import SessionHead
     from .._plan import Plan
 
-__all__ = ["PostgresBackend"]
+__all__ = ["RECONNECT_DELAYS", "PostgresBackend"]
+
+#: The pauses before each attempt to connect again after the connection was lost (seconds).
+RECONNECT_DELAYS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
 
 
 @attrs.define(eq=False)
@@ -67,6 +70,8 @@ class PostgresBackend:
     # When every lease this process holds was last renewed (time.monotonic(), which runs on
     # while the process is stopped).
     _renewed_at: float = attrs.field(factory=time.monotonic, init=False)
+    # Opened and not closed: a lost connection is made again (_reconnect).
+    _live: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._statements = Statements.of(self.schema)
@@ -119,6 +124,12 @@ class PostgresBackend:
         # Closed by the writer's release (close) if anything below raises.
         self._lock(conn)
         prepare_schema(conn, self.where, self.schema)
+        self._prepare(conn)
+        self._renewed_at = time.monotonic()
+        self._live = True
+        return {}
+
+    def _prepare(self, conn: Connection[tuple[object, ...]]) -> None:
         # A writer paused inside a transaction (SIGSTOP) would hold its sessions' rows: the
         # server ends such a transaction once it has idled for a lease's ttl.
         conn.execute(
@@ -128,8 +139,32 @@ class PostgresBackend:
         )
         conn.execute(self._statements.group_rows)
         conn.commit()
-        self._renewed_at = time.monotonic()
-        return {}
+
+    def _reconnect(self) -> Connection[tuple[object, ...]]:
+        """A new connection after the last one was lost, tried at most
+        ``len(RECONNECT_DELAYS)`` times with growing pauses (blocking the worker thread ~1.5 s
+        at most); raises ``psycopg.OperationalError`` if none answers, so that one job fails
+        (its callers fail closed) and the next job tries again. The leases are this process's
+        as before — the fence in each group says if one was taken meanwhile."""
+        last: Exception | None = None
+        for delay in RECONNECT_DELAYS:
+            time.sleep(delay)
+            try:
+                conn = connect(self.dsn)
+            except StoreOpenError as exc:
+                last = exc
+                continue
+            try:
+                self._lock(conn)
+                self._prepare(conn)
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+        raise psycopg.OperationalError(
+            f"the connection to {self.label} was lost and {len(RECONNECT_DELAYS)} attempts "
+            f"to connect again failed (the last: {last})"
+        )
 
     def _lock(self, conn: Connection[tuple[object, ...]]) -> None:
         # Shared between brokers with leases; a broker of schema version 1 took this lock
@@ -168,8 +203,10 @@ class PostgresBackend:
         except psycopg.Error as exc:
             if conn.closed or conn.broken:
                 conn.close()
-                self._conn = None
-                raise self._lost(exc) from exc
+                self._conn = None  # the next job connects again
+                gone = self._lost(exc)
+                if isinstance(gone, LeasesLost):
+                    raise gone from exc
             raise
         self._renewed_at = time.monotonic()
         return lost
@@ -196,11 +233,13 @@ class PostgresBackend:
         try:
             return write_group(conn, self._statements, plan, arrays, GENESIS, self._leases)
         except ConnectionLost as exc:
-            self._conn = None  # write_group closed it
+            self._conn = None  # write_group closed it; the next job connects again
             lost = self._lost(exc)
-            if lost is exc:
-                raise
-            raise lost from exc
+            if isinstance(lost, LeasesLost):
+                raise lost from exc
+            # Only this group failed (its COMMIT may have landed: the writer re-reads the
+            # heads it touched, on a new connection).
+            raise psycopg.OperationalError(f"the connection was lost: {exc}") from exc
 
     def write_error(self, exc: Exception) -> StoreError:
         """A failed statement or a lost connection, with the fix."""
@@ -229,6 +268,7 @@ class PostgresBackend:
     def close(self) -> None:
         """Give back the leases this process holds, close the connection (the server drops
         the advisory lock with it; idempotent). Leases that cannot be given back expire."""
+        self._live = False
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
@@ -240,5 +280,7 @@ class PostgresBackend:
 
     def _require_conn(self) -> Connection[tuple[object, ...]]:
         if self._conn is None:
-            raise ConnectionLost(f"the connection to {self.label} was closed after an error")
+            if not self._live:
+                raise ConnectionLost(f"the connection to {self.label} was closed after an error")
+            self._conn = self._reconnect()
         return self._conn
