@@ -87,7 +87,9 @@ def _broker_a(dsn: str, rounds: int) -> None:
                         decision = await broker.request_decision(
                             ApprovalRequest(agent=s.agent, tool_name="bash")
                         )
-                    done = time.monotonic()
+                        # request() returned with its decided durable; the turn's end is not
+                        # part of the answer's trip.
+                        done = time.monotonic()
                     assert decision.answered_by is not None
                     print(done - float(decision.answered_by), flush=True)
 

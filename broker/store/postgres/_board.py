@@ -80,11 +80,12 @@ _DDL = (
 )
 #: A question, its answer and the outcome the log decided it as, in one round trip. Only the
 #: session's events written since the question was put up (a minute of clock slack; the asker
-#: writes both stamps, with one clock) are parsed, not the session's whole history.
+#: writes both stamps, with one clock) that contain the question's id are parsed as JSON.
 _STATUS = (
     "SELECT q.question, a.question_id, a.outcome, a.answered_by, a.answered_ms, a.always, "
     "(SELECT e.line::jsonb->'data'->>'outcome' FROM {s}.events e "
     "WHERE e.session_id = q.session_id AND e.ts_ms >= q.asked_ms - 60000 "
+    "AND strpos(e.line, q.id) > 0 "
     "AND e.line::jsonb->>'type' = 'approval/decided' "
     "AND e.line::jsonb->'data'->>'id' = q.id LIMIT 1) "
     "FROM {s}.board_questions q LEFT JOIN {s}.board_answers a ON a.question_id = q.id "
@@ -96,7 +97,8 @@ _ANSWER = (
     "WITH open AS (SELECT q.id FROM {s}.board_questions q WHERE q.id = %(id)s "
     "AND NOT EXISTS (SELECT 1 FROM {s}.board_answers a WHERE a.question_id = q.id) "
     "AND NOT EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = q.session_id "
-    "AND e.ts_ms >= q.asked_ms - 60000 AND e.line::jsonb->>'type' = 'approval/decided' "
+    "AND e.ts_ms >= q.asked_ms - 60000 AND strpos(e.line, q.id) > 0 "
+    "AND e.line::jsonb->>'type' = 'approval/decided' "
     "AND e.line::jsonb->'data'->>'id' = q.id) "
     "AND (NOT %(always)s OR (q.question::jsonb->>'offersAlways')::boolean IS TRUE)), "
     "stored AS (INSERT INTO {s}.board_answers (question_id, outcome, answered_by, answered_ms, "
@@ -336,7 +338,7 @@ class PostgresBoard:
             query = (
                 "SELECT q.question FROM {s}.board_questions q WHERE NOT EXISTS "
                 "(SELECT 1 FROM {s}.events e WHERE e.session_id = q.session_id "
-                "AND e.ts_ms >= q.asked_ms - 60000 "
+                "AND e.ts_ms >= q.asked_ms - 60000 AND strpos(e.line, q.id) > 0 "
                 "AND e.line::jsonb->>'type' = 'approval/decided' "
                 "AND e.line::jsonb->'data'->>'id' = q.id)"
             )

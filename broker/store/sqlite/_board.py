@@ -54,13 +54,13 @@ T = TypeVar("T")
 register_wire_type(PendingQuestion)
 
 #: The log's decision of a question, by id (the log is authoritative over the board).
-#: Only the session's events written since the question was put up are parsed (a minute of
-#: clock slack; the asking process writes both stamps, with one clock).
+#: Only the session's events written since the question was put up (a minute of clock slack;
+#: the asking process writes both stamps, with one clock) that contain the id are parsed.
 _DECIDED_IN_SESSION = (
-    "SELECT json_extract(line, '$.data.outcome') FROM events WHERE session_id = ? "
-    "AND ts_ms >= ? - 60000 "
+    "SELECT json_extract(line, '$.data.outcome') FROM events WHERE session_id = ?1 "
+    "AND ts_ms >= ?2 - 60000 AND instr(line, ?3) > 0 "
     "AND json_extract(line, '$.type') = 'approval/decided' "
-    "AND json_extract(line, '$.data.id') = ?"
+    "AND json_extract(line, '$.data.id') = ?3"
 )
 _DECIDED_ANYWHERE = (
     "SELECT json_extract(line, '$.data.outcome') FROM events "
