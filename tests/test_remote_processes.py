@@ -29,6 +29,25 @@ def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     return str(tmp_path / "log.sqlite")
 
 
+def board_rows(store: str) -> int:
+    """How many questions the store's answer board still holds."""
+    if store.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(store) as conn:
+            row = conn.execute("SELECT count(*) FROM broker.board_questions").fetchone()
+    else:
+        import sqlite3
+
+        db = sqlite3.connect(store)
+        try:
+            row = db.execute("SELECT count(*) FROM board_questions").fetchone()
+        finally:
+            db.close()
+    assert row is not None
+    return int(row[0])
+
+
 def broker(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "broker.cli", *argv],
@@ -94,8 +113,10 @@ def test_a_question_asked_in_a_is_listed_and_answered_by_the_cli_in_b(store: str
     assert decision == {"id": row["id"], "outcome": "allowed-once", "answeredBy": "alice"}
     verified = broker("log", "verify", str(store))
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    # Settled: the list is empty and another answer is refused naming the outcome.
+    # Settled: the list is empty, the board forgot it (the log keeps it), and another answer is
+    # refused naming the outcome.
     assert broker("pending", str(store), "--json").stdout == "[]\n"
+    assert board_rows(store) == 0
     again = broker("answer", str(store), row["id"], "reject")
     assert again.returncode == 1
     assert again.stderr == (

@@ -330,23 +330,44 @@ class PostgresBoard:
 
     async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
         """The questions put up whose decision is not in the log yet, oldest first.
-        Cancellation: nothing changes."""
+
+        Questions the log has decided are pruned from the board on the way (the log keeps
+        their record, and a late answer is still refused naming it), so the board holds what
+        waits, not its history. Cancellation: waits for the statements.
+        """
 
         def read(conn: Connection[Any]) -> list[PendingQuestion]:
             if not self._has_board(conn):
                 return []
-            query = (
-                "SELECT q.question FROM {s}.board_questions q WHERE NOT EXISTS "
-                "(SELECT 1 FROM {s}.events e WHERE e.session_id = q.session_id "
+            scope, parameters = (
+                ("", ())
+                if session_id is None
+                else (
+                    " AND q.session_id = %s",
+                    (session_id,),
+                )
+            )
+            decided = (
+                "EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = q.session_id "
                 "AND e.ts_ms >= q.asked_ms - 60000 AND strpos(e.line, q.id) > 0 "
                 "AND e.line::jsonb->>'type' = 'approval/decided' "
                 "AND e.line::jsonb->'data'->>'id' = q.id)"
             )
-            parameters: tuple[str, ...] = ()
-            if session_id is not None:
-                query += " AND q.session_id = %s"
-                parameters = (session_id,)
-            rows = conn.execute(self._q(query + " ORDER BY q.asked_ms, q.id"), parameters)
+            # One statement: the settled leave (answers with them), the rest are returned.
+            rows = conn.execute(
+                self._q(
+                    "WITH gone AS (DELETE FROM {s}.board_questions q WHERE "
+                    + decided
+                    + scope
+                    + " RETURNING q.id), gone_answers AS (DELETE FROM {s}.board_answers a "
+                    "USING gone WHERE a.question_id = gone.id) "
+                    "SELECT q.question FROM {s}.board_questions q WHERE NOT "
+                    + decided
+                    + scope
+                    + " ORDER BY q.asked_ms, q.id"
+                ),
+                parameters * 2,
+            )
             return [converter.structure(json.loads(text), PendingQuestion) for (text,) in rows]
 
         return await self._run(read)

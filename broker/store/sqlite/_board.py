@@ -125,6 +125,19 @@ def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None
     )
 
 
+def _prune(conn: sqlite3.Connection, ids: list[tuple[str]]) -> None:
+    """Drop the board rows of questions the log has decided; best effort (a reader that may
+    not write the file, or a busy one, leaves them for the next time)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("DELETE FROM board_answers WHERE question_id = ?", ids)
+        conn.executemany("DELETE FROM board_questions WHERE id = ?", ids)
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
 @attrs.define(eq=False)
 class SqliteBoard:
     """An :class:`~broker.store._board.AnswerBoard` in the SQLite store file *path* (module
@@ -235,7 +248,11 @@ class SqliteBoard:
 
     async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
         """The questions put up whose decision is not in the log yet, oldest first.
-        Cancellation: nothing changes."""
+
+        Questions the log has decided are pruned from the board on the way (the log keeps
+        their record, and a late answer is still refused naming it), so the board holds what
+        waits, not its history. Cancellation: waits for the read (and the pruning).
+        """
 
         def read(conn: sqlite3.Connection) -> list[PendingQuestion]:
             if not _has_board(conn):
@@ -245,14 +262,18 @@ class SqliteBoard:
             if session_id is not None:
                 query += " WHERE session_id = ?"
                 parameters = (session_id,)
-            found = []
-            for (text,) in conn.execute(query + " ORDER BY asked_ms, id", parameters):
+            found, settled = [], []
+            for (text,) in conn.execute(query + " ORDER BY asked_ms, id", parameters).fetchall():
                 question = _question_from(text)
                 decided = conn.execute(
                     _DECIDED_IN_SESSION, (question.session_id, question.asked_at_ms, question.id)
                 ).fetchone()
                 if decided is None:
                     found.append(question)
+                else:
+                    settled.append((question.id,))
+            if settled:
+                _prune(conn, settled)
             return found
 
         return await self._run(read)
