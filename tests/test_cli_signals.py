@@ -14,6 +14,7 @@ import select
 import signal
 import subprocess
 import sys
+import termios
 import time
 from typing import IO, Any
 
@@ -100,6 +101,11 @@ def _demo_on_a_pty(tmp_path: pathlib.Path, keys: list[bytes]) -> tuple[int, str]
     try:
         deadline = time.monotonic() + 60
         before = _read_until(fd, b"answer [a/r]: ", deadline)
+        # A typed ^C makes the terminal discard output it still holds (unless NOFLSH): the
+        # broker's last line could be thrown away by the line discipline, not by the broker.
+        modes = termios.tcgetattr(fd)
+        modes[3] |= termios.NOFLSH
+        termios.tcsetattr(fd, termios.TCSANOW, modes)
         for key in keys:
             os.write(fd, key)  # Ctrl-C: the terminal sends SIGINT to the foreground group
             time.sleep(0.005)
