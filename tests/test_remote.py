@@ -225,3 +225,14 @@ async def test_always_allow_is_refused_where_the_asker_cannot_honour_it(
         "answer allowed-once or rejected"
     )
     assert not any(e.TYPE == "approval/grant" for e in log_of(approval_broker, approval_session))
+
+
+async def test_an_unknown_over_long_id_is_shortened_in_the_refusal(
+    approval_broker: Broker,
+) -> None:
+    with pytest.raises(UnknownQuestionError) as info:
+        await approval_broker.answer("x" * 10_000, "rejected")
+    assert str(info.value) == (
+        f"unknown question id {'x' * 40!r}… (10000 characters): broker pending STORE lists "
+        "the questions waiting for an answer"
+    )

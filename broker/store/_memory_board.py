@@ -23,11 +23,19 @@ from ._board import (
     check_answer,
 )
 
-__all__ = ["MemoryBoard", "refusal"]
+__all__ = ["MemoryBoard", "refusal", "shown_id"]
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def shown_id(question_id: str) -> str:
+    """*question_id* as a message repeats it: at most 40 characters, then its length (an id
+    comes from whoever answers, and may be anything)."""
+    if len(question_id) <= 40:
+        return repr(question_id)
+    return f"{question_id[:40]!r}… ({len(question_id)} characters)"
 
 
 def refusal(question_id: str, status: QuestionStatus | None) -> AnswerRefusedError | None:
@@ -38,8 +46,8 @@ def refusal(question_id: str, status: QuestionStatus | None) -> AnswerRefusedErr
     """
     if status is None:
         return UnknownQuestionError(
-            f"unknown question id {question_id!r}: broker pending STORE lists the questions "
-            "waiting for an answer"
+            f"unknown question id {shown_id(question_id)}: broker pending STORE lists the "
+            "questions waiting for an answer"
         )
     if status.settled is not None:
         return AnswerRefusedError(
