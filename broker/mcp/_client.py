@@ -30,7 +30,7 @@ import attrs
 
 from .._request import ApprovalRequest
 from .._vocabulary import Outcome
-from ._gate import REASON_ARGUMENTS
+from ._calls import REASON_ARGUMENTS
 from ._messages import refusal_text
 
 if TYPE_CHECKING:

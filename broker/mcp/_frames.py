@@ -19,7 +19,12 @@ import json
 from typing import Any, Final
 
 __all__ = [
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
     "MAX_DEPTH",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "SERVER_ERROR",
     "FrameError",
     "Kind",
     "classify",
@@ -33,6 +38,14 @@ __all__ = [
 
 #: Deeper JSON than this is refused (Python's parser would raise RecursionError near 1000).
 MAX_DEPTH: Final = 64
+
+# JSON-RPC's error codes, as the gate uses them.
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+PARSE_ERROR: Final = -32700
+#: The implementation-defined server error: the server did not, or could not, answer.
+SERVER_ERROR: Final = -32000
 
 
 class FrameError(ValueError):
