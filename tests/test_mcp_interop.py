@@ -124,6 +124,88 @@ async def test_tools_list_is_the_servers_own(tmp_path: pathlib.Path) -> None:
     assert names == ["read_note", "write_note", "ask_user", "hang_forever", "crash_now"]
 
 
+#: The older handshake revision the pinned tests speak (elicitation advertised as ``{}``).
+PINNED = "2025-06-18"
+
+
+@asynccontextmanager
+async def connect_pinned(
+    argv: Sequence[str], *, elicit: Elicit | None = None
+) -> AsyncIterator[ClientSession]:
+    """The SDK's client on the 2025-06-18 handshake: ``ClientSession.initialize`` always
+    offers the latest revision, so the handshake is the SDK's own requests with the pinned
+    version and that revision's capabilities (``elicitation: {}``), then ``adopt``."""
+    params = StdioServerParameters(command=argv[0], args=list(argv[1:]), cwd=str(ROOT))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=elicit) as session:
+            capabilities = types.ClientCapabilities(
+                elicitation=types.ElicitationCapability() if elicit is not None else None
+            )
+            request = types.InitializeRequest(
+                params=types.InitializeRequestParams(
+                    protocol_version=PINNED,
+                    capabilities=capabilities,
+                    client_info=types.Implementation(name="pinned-client", version="1"),
+                )
+            )
+            result = await session.send_request(request, types.InitializeResult)
+            assert result.protocol_version == PINNED  # the server took the pin
+            session.adopt(result)
+            await session.send_notification(types.InitializedNotification())
+            yield session
+
+
+async def test_pinned_to_2025_06_18_tools_list_is_the_servers_own(tmp_path: pathlib.Path) -> None:
+    gate = [sys.executable, "-m", "broker.cli", "mcp-gate", "--store", ":memory:", "--"]
+    with trio.fail_after(TIMEOUT):
+        async with connect_pinned(upstream_argv(tmp_path / "direct.jsonl")) as direct:
+            expected = (await direct.list_tools()).model_dump()
+        async with connect_pinned([*gate, *upstream_argv(tmp_path / "record.jsonl")]) as gated:
+            assert (await gated.list_tools()).model_dump() == expected
+    assert [tool["name"] for tool in expected["tools"]][:2] == ["read_note", "write_note"]
+
+
+@pytest.mark.parametrize(("action", "runs"), [("accept", True), ("decline", False)])
+async def test_pinned_to_2025_06_18_the_allow_list_runs_and_a_write_asks(
+    tmp_path: pathlib.Path, action: str, runs: bool
+) -> None:
+    store = tmp_path / "log.sqlite"
+    rules = rules_file(tmp_path, 'allow = ["read_*"]\n')
+    argv = [sys.executable, "-m", "broker.cli", "mcp-gate", "--store", str(store)]
+    argv += ["--rules", rules, "--no-remote-answers", "--"]
+    asked: list[str] = []
+
+    async def elicit(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action=action)  # type: ignore[arg-type]
+
+    with trio.fail_after(TIMEOUT):
+        async with connect_pinned(
+            [*argv, *upstream_argv(tmp_path / "record.jsonl")], elicit=elicit
+        ) as gated:
+            read = await gated.call_tool("read_note", {"name": "a"})
+            assert asked == []  # the allow-listed tool ran without a question
+            write = await gated.call_tool("write_note", {"name": "a", "text": "x"})
+    assert not read.is_error
+    assert text_of(read) == "contents of a"
+    (message,) = asked
+    assert message.startswith('MCP tool call: write_note, arguments: {"name":"a","text":"x"}')
+    calls = [{"tool": "read_note", "arguments": {"name": "a"}}]
+    if runs:
+        assert not write.is_error
+        calls.append({"tool": "write_note", "arguments": {"name": "a", "text": "x"}})
+    else:
+        assert text_of(write) == refusal_text("write_note", Outcome.REJECTED)
+    assert recorded(tmp_path) == calls
+    outcomes = [(a["toolName"], d["outcome"]) for a, d in audit_pairs(store, tmp_path / "export")]
+    assert sorted(outcomes) == [
+        ("read_note", "allowed-once"),
+        ("write_note", "allowed-once" if runs else "rejected"),
+    ]
+
+
 async def test_a_denied_call_never_reaches_the_server(tmp_path: pathlib.Path) -> None:
     store = tmp_path / "log.sqlite"
     rules = rules_file(tmp_path, 'allow = ["*"]\ndeny = ["write_*"]\n')
