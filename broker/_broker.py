@@ -451,14 +451,14 @@ class Broker:
         The same as :meth:`request_decision`, returning only the outcome. Cancellation: as
         :meth:`request_decision`.
         """
-        decision = await self._asked_session(req).ask(req)
+        decision = await self._asked_session(req).questions.ask(req)
         return decision.outcome
 
     async def request_decision(self, req: ApprovalRequest) -> Decision:
         """Check that ``req.agent`` is an agent of this broker's open sessions, then ask its
-        session: :meth:`Session.ask` (the algorithm, its errors and its cancellation
+        session: :meth:`Questions.ask` (the algorithm, its errors and its cancellation
         semantics)."""
-        return await self._asked_session(req).ask(req)
+        return await self._asked_session(req).questions.ask(req)
 
     def _asked_session(self, req: object) -> Session:
         if not isinstance(req, ApprovalRequest):

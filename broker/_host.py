@@ -1,7 +1,7 @@
 """What a session needs from the service that hosts it — and nothing more.
 
 A :class:`Session` owns its questions (the request algorithm of spec section 3 is
-:meth:`Session.ask`), its log order and its projection. It reaches its host only through this
+:meth:`Questions.ask`), its log order and its projection. It reaches its host only through this
 narrow, typed interface: the store to append to, the deployment settings, a bounded shielded
 wait for durability, the unscoped answerers, registering a scoped answerer, and being forgotten
 when it ends. :class:`Broker`

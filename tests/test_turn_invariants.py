@@ -145,7 +145,7 @@ async def test_the_session_refuses_to_commit_what_verify_would_reject(
                     AuditInvariantError,
                     match=rf"^session {approval_session.id} refused \S+: {re.escape(message)}$",
                 ):
-                    await approval_session._append(make, internal=True)
+                    await approval_session.log.append(make, internal=True)
                 assert log_of(approval_broker, approval_session) == before
 
 
@@ -158,7 +158,7 @@ async def test_a_second_decided_is_refused(
         )
         again = ApprovalDecided(id=decision.id, outcome=Outcome.ALLOWED_ONCE)
         with pytest.raises(AuditInvariantError, match=r"rule pairing"):
-            await approval_session._append(lambda _state: again, internal=True)
+            await approval_session.log.append(lambda _state: again, internal=True)
     decided = [
         e for e in log_of(approval_broker, approval_session) if isinstance(e, ApprovalDecided)
     ]

@@ -1,0 +1,279 @@
+"""The request algorithm (spec section 3): one session's questions, from admission to settlement.
+
+:meth:`Questions.ask` reads as the spec's steps: admit the question (its :class:`Flight`),
+put ``approval/asked``, decide (3.1–3.3 without an await, else the answerer waterfall inside the
+flight's scope), append ``approval/decided``, return. The appends go through the session's
+:class:`~broker._appends.SessionLog`; the session is reached only through :class:`Asker`, what
+the algorithm needs of it, so this module does not import the session module.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+import trio
+
+from ._answerers import run_waterfall
+from ._appends import if_pending
+from ._collapse import collapse_single
+from ._decision import Decision
+from ._errors import SessionClosedError, TurnError
+from ._events import ApprovalAsked, ApprovalDecided, Event
+from ._flight import Flight, Withdrawal
+from ._ids import new_id
+from ._request import Asking, asking
+from ._signal import is_aborted
+from ._texts import OUTSIDE_TURN
+from ._vocabulary import Outcome, Policy
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._answerers import AnswererHandle
+    from ._appends import Builder, SessionLog
+    from ._host import SessionHost
+    from ._projection import ApprovalState
+    from ._request import ApprovalRequest
+
+__all__ = ["Asker", "Questions"]
+
+log = logging.getLogger("broker.session")
+
+
+class Asker(Protocol):
+    """What the request algorithm needs of the session it asks for (``Session`` implements it)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def agent(self) -> Agent: ...
+    @property
+    def log(self) -> SessionLog: ...
+    @property
+    def host(self) -> SessionHost: ...
+    @property
+    def effective_policy(self) -> Policy: ...
+    def is_granted(self, tool_name: str) -> bool: ...
+    def answerer_chain(self) -> list[AnswererHandle]: ...
+    def require_open(self, parameter: str = "session", action: str = "use") -> None: ...
+
+
+@attrs.define(eq=False, repr=False)
+class Questions:
+    """The questions of one session between admission and settlement, and the algorithm that
+    asks them. ``turn_ending`` is set by the session while a turn is being left: its questions
+    settle and new ones are refused."""
+
+    _session: Asker
+    # Questions past admission and not yet settled, by request id.
+    _flights: dict[str, Flight] = attrs.field(factory=dict, init=False)
+    # Created when first needed: an idle session should cost as little memory as possible.
+    _settled: trio.Event | None = attrs.field(default=None, init=False)
+    turn_ending: bool = attrs.field(default=False, init=False)
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+    def ids(self) -> set[str]:
+        """The ids of the questions in flight."""
+        return set(self._flights)
+
+    async def ask(self, req: ApprovalRequest) -> Decision:
+        """Decide whether the session's agent may run ``req.tool_name`` once (spec 3).
+
+        ``req.agent`` must be the session's agent (exact identity). Raises :class:`TurnError`
+        (exact spec text) outside an open turn, appending nothing; :class:`AuditAppendError`
+        when either audit event cannot be made durable. Otherwise returns the
+        :class:`Decision` after both ``approval/asked`` and ``approval/decided`` are durable.
+
+        Cancellation: the caller's cancellation before the decision withdraws the question; its
+        ``approval/decided`` (``cancelled``) is still appended, shielded and bounded by
+        ``settle_grace``, and then :class:`trio.Cancelled` propagates. Once the decision is made
+        its ``approval/decided`` is appended shielded (same bound) and the decision returned;
+        the cancellation is then delivered at the caller's next checkpoint. A question that
+        steps 3.1–3.3 decide (policy ``never``, a grant, an abort before it was put) is decided
+        before any await: its ``decided`` goes to the store with ``asked``, in one submission
+        awaited shielded, so a cancellation then gets the decision, not ``cancelled``.
+        """
+        session = self._session
+        if req.agent is not session.agent:
+            raise ValueError(
+                f"req.agent must be the agent of session {session.id}: ask through the session "
+                "the agent belongs to (or broker.request, which finds it)"
+            )
+        request_id = new_id()
+        question = Asking(request=req, id=request_id)
+        asked = ApprovalAsked(
+            id=request_id, tool_name=req.tool_name, call_id=req.call_id, reason=req.reason
+        )
+
+        def put(state: ApprovalState) -> Event:
+            if not state.turn_open:
+                raise TurnError(OUTSIDE_TURN)
+            return asked
+
+        flight = self._admit(request_id)
+        settle_grace = session.host.settle_grace
+        session_log = session.log
+        try:
+            try:
+                await session_log.ready(internal=False, shielded=False)
+                # Steps 3.1-3.3 need no await: decided here, with nothing between them and
+                # sequencing asked (which changes neither the policy nor the grants they read).
+                decided_now = self._decide_now(req, flight)
+                if decided_now is not None:
+                    return await self._put_decided(put, request_id, *decided_now)
+                asked_submission = await session_log.sequence_now(put)
+                assert asked_submission is not None  # put always builds
+                await session_log.durable(asked_submission, schedule=False, shielded=False)
+                with asking(question):
+                    outcome = await self._decide(req, flight)
+            except trio.Cancelled:
+                with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
+                    await self._record_cancelled(request_id)
+                    if question.hooks:
+                        await question.settled(Outcome.CANCELLED)
+                raise
+            answered = flight.answered
+            answered_by = (
+                answered[1]
+                if answered is not None and answered[0] is outcome and flight.cause is None
+                else None
+            )
+            decided = ApprovalDecided(id=request_id, outcome=outcome, answered_by=answered_by)
+            # Invariant: once the race is decided, the log records that decision — a caller
+            # cancelled from here on gets Cancelled at its next checkpoint, after the return.
+            await session_log.append(lambda _state: decided, internal=True, shielded=True)
+            if question.hooks:
+                with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
+                    await question.settled(outcome)
+            return Decision(id=request_id, outcome=outcome, answered_by=answered_by)
+        finally:
+            self._settle(request_id)
+
+    async def _put_decided(
+        self, put: Builder, request_id: str, outcome: Outcome, remembered: bool, by_policy: bool
+    ) -> Decision:
+        """Append ``asked`` and the ``decided`` that steps 3.1–3.3 made, as ONE submission (one
+        transaction: both land or neither), and wait once, shielded and bounded by
+        ``settle_grace``: the decision was made before any await, so no cancellation can come
+        "before the decision", and the log never holds one of the pair without the other. If
+        the submission fails, the request raises the error, as for a failed ``asked``.
+        Cancellation: cannot interrupt the wait; it is delivered at the caller's next
+        checkpoint, after the decision is durable.
+        """
+        decided = ApprovalDecided(
+            id=request_id,
+            outcome=outcome,
+            remembered=remembered,
+            policy=Policy.NEVER if by_policy else None,
+        )
+        session_log = self._session.log
+        submitted = await session_log.sequence_now(put, lambda _state: decided)
+        assert submitted is not None  # put always builds
+        await session_log.durable(submitted, schedule=True, shielded=True)
+        return Decision(id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy)
+
+    def _decide_now(
+        self, req: ApprovalRequest, flight: Flight
+    ) -> tuple[Outcome, bool, bool] | None:
+        """Steps 3.1–3.3, which consult no answerer: (outcome, remembered, decided by the
+        never policy), or None when the waterfall must decide (:meth:`_decide`)."""
+        if flight.cause is None and is_aborted(req.signal):
+            flight.withdraw(Withdrawal.ABORTED, "before the question was put")
+        if flight.cause is not None:
+            return _settled_by(flight.cause), False, False
+        session = self._session
+        if session.effective_policy is Policy.NEVER:
+            return Outcome.REJECTED, False, True
+        if session.is_granted(req.tool_name):
+            return Outcome.ALLOWED_ONCE, True, False
+        return None
+
+    async def _decide(self, req: ApprovalRequest, flight: Flight) -> Outcome:
+        """Steps 3.4–3.5, after :meth:`_decide_now` found no answer: the waterfall inside the
+        flight's scope. Never raises anything but the caller's own :class:`trio.Cancelled`."""
+        signal = req.signal
+        chain = self._session.answerer_chain()
+        outcome = Outcome.UNAVAILABLE
+        if isinstance(signal, trio.Event):
+            # A bare trio.Event has no callbacks: one watcher task per question withdraws the
+            # flight when it fires. Collapsed so the caller's cancellation reaches ask()'s
+            # ``except trio.Cancelled`` as itself, not inside a group.
+            with collapse_single():
+                async with trio.open_nursery() as watchers:
+                    watchers.start_soon(_watch_event, signal, flight)
+                    with flight.scope:
+                        outcome = await run_waterfall(req, chain, flight)
+                    watchers.cancel_scope.cancel(reason="question settled")
+        else:
+            unsubscribe = (
+                signal.subscribe(
+                    lambda: flight.withdraw(Withdrawal.ABORTED, signal.reason or "abort()")
+                )
+                if signal is not None
+                else None
+            )
+            try:
+                with flight.scope:
+                    outcome = await run_waterfall(req, chain, flight)
+            finally:
+                if unsubscribe is not None:
+                    unsubscribe()
+        # Invariant: the race is decided here, by the flight alone — once it was withdrawn the
+        # answer, if any, is dropped and the first withdrawal's cause settles the question.
+        if flight.cause is not None:
+            return _settled_by(flight.cause)
+        return outcome
+
+    async def _record_cancelled(  # noqa: ASYNC910 (runs shielded, after a checkpoint)
+        self, request_id: str
+    ) -> None:
+        decided = ApprovalDecided(id=request_id, outcome=Outcome.CANCELLED)
+        try:
+            # The asked append is FIFO before us; if it never landed there is nothing to pair.
+            await self._session.log.append(if_pending(decided), internal=True)
+        except (SessionClosedError, TurnError):
+            log.warning(
+                "question %s of session %s left unpaired for recovery",
+                request_id,
+                self._session.id,
+            )
+
+    # -- flights ----------------------------------------------------------------------------
+
+    def _admit(self, request_id: str) -> Flight:
+        self._session.require_open("req.agent", "ask in")
+        if self.turn_ending:
+            raise TurnError(OUTSIDE_TURN)
+        flight = self._flights[request_id] = Flight()
+        return flight
+
+    def _settle(self, request_id: str) -> None:
+        self._flights.pop(request_id, None)
+        if not self._flights and self._settled is not None:
+            self._settled.set()
+            self._settled = None
+
+    def withdraw_all(self, cause: Withdrawal, detail: str) -> None:
+        """Withdraw every question in flight (each settles by *cause*). Never blocks."""
+        for flight in list(self._flights.values()):
+            flight.withdraw(cause, detail)
+
+    async def wait_settled(self) -> None:  # noqa: ASYNC910 (teardown; callers checkpoint)
+        """Wait until no question is in flight. Cancellation: just stops waiting (callers
+        bound the wait)."""
+        if self._flights:
+            if self._settled is None:
+                self._settled = trio.Event()
+            await self._settled.wait()
+
+
+async def _watch_event(event: trio.Event, flight: Flight) -> None:
+    await event.wait()
+    flight.withdraw(Withdrawal.ABORTED, "the trio.Event was set")
+
+
+def _settled_by(cause: Withdrawal) -> Outcome:
+    return Outcome.UNAVAILABLE if cause is Withdrawal.ANSWERER_LOST else Outcome.CANCELLED
