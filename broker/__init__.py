@@ -21,7 +21,6 @@ from ._codec import EventDecodeError as EventDecodeError
 from ._codec import decode_event as decode_event
 from ._codec import encode_event as encode_event
 from ._decision import Answer as Answer
-from ._decision import Decision as Decision
 from ._errors import AuditAppendError as AuditAppendError
 from ._errors import AuditInvariantError as AuditInvariantError
 from ._errors import BrokerClosedError as BrokerClosedError
@@ -45,6 +44,7 @@ from ._events import TurnStart as TurnStart
 from ._events import UserMessage as UserMessage
 from ._first_answer import first_answer as first_answer
 from ._projection import ApprovalState as ApprovalState
+from ._questions import Decision as Decision
 from ._remote import RemoteAnswerer as RemoteAnswerer
 from ._request import ApprovalRequest as ApprovalRequest
 from ._session import Session as Session

@@ -15,6 +15,7 @@ to do when the store fences the session.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -23,19 +24,31 @@ import trio
 
 from ._audit_rules import check
 from ._errors import AuditAppendError, AuditInvariantError
+from ._events import Event
 from ._projection import ApprovalState, fold
 from .store._protocol import SessionFencedError, StoreError
 
 if TYPE_CHECKING:
-    from ._events import ApprovalDecided, Event
+    from ._events import ApprovalDecided
     from ._host import SessionHost
     from .store._protocol import Durability
 
-__all__ = ["Builder", "SessionLog", "Submitted", "if_pending"]
+__all__ = ["Appendable", "Builder", "Lifecycle", "SessionLog", "Submitted", "if_pending"]
 
 #: A conditional append: sees the projection as of its place in the log and returns the event,
 #: None (nothing to append), or raises a :class:`BrokerError` precondition.
 Builder = Callable[[ApprovalState], "Event | None"]
+#: What an append takes: a builder, or an event appended as it is (still audit-checked).
+Appendable = Builder | Event
+
+
+class Lifecycle(enum.Enum):
+    """Where a session is in its life; what its log admits follows from it."""
+
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    CRASHED = "crashed"
 
 
 class Submitted(NamedTuple):
@@ -60,14 +73,15 @@ def if_pending(decided: ApprovalDecided) -> Builder:
 class SessionLog:
     """The order of one session's log and its projection, and the path that appends to it.
 
-    ``admit(internal)`` raises when the session no longer takes appends (``internal`` ones —
-    a pending question's decision, a turn end — are still taken while it closes);
-    ``fenced(exc)`` ends the session when another process took it over.
+    ``status`` is the session's lifecycle, which its owner sets: appends are taken while it is
+    open, and ``internal`` ones (a pending question's decision, a turn end) while it closes;
+    otherwise ``closed_error(action)`` is raised. ``fenced(exc)`` ends the session when
+    another process took it over.
     """
 
     session_id: str
     _host: SessionHost
-    _admit: Callable[[bool], None]
+    _closed_error: Callable[[str], Exception]
     _fenced: Callable[[SessionFencedError], None]
     # The projection folded from every event sequenced so far (given on resume).
     state: ApprovalState = attrs.field(factory=ApprovalState)
@@ -77,16 +91,18 @@ class SessionLog:
     _generation: int = attrs.field(default=0, init=False)
     _stale: bool = attrs.field(default=False, init=False)
     _resynced: trio.Event | None = attrs.field(default=None, init=False)
+    status: Lifecycle = attrs.field(default=Lifecycle.OPEN, init=False)
 
     async def append(
         self,
-        build: Builder,
+        build: Appendable,
         *,
         internal: bool = False,
         schedule: bool = True,
         shielded: bool = False,
     ) -> Event | None:
-        """Sequence one conditional append, hand it to the store, wait until it is durable.
+        """Sequence one append (an event, or a conditional one: a builder), hand it to the
+        store, wait until it is durable.
 
         ``schedule=False`` lets a caller that yields later anyway skip the scheduling pass when
         the store acknowledged at once. Cancellation: checked before sequencing (then nothing is
@@ -108,14 +124,19 @@ class SessionLog:
         """Admission, the caller's cancellation (unless *shielded*), room in the store and a
         fresh head: what must hold before sequencing. Checkpoints only when it waits.
         Cancellation: unless *shielded*, raises before anything is sequenced."""
-        self._admit(internal)
+        self._check_admitted(internal)
         if not shielded:
             await trio.lowlevel.checkpoint_if_cancelled()
         if self._stale or self._host.store.congested:
             await self._make_ready(shielded)
-            self._admit(internal)
+            self._check_admitted(internal)
 
-    async def sequence_now(self, *builds: Builder) -> Submitted | None:
+    def _check_admitted(self, internal: bool) -> None:
+        status = self.status
+        if status is not Lifecycle.OPEN and not (internal and status is Lifecycle.CLOSING):
+            raise self._closed_error("append to")
+
+    async def sequence_now(self, *builds: Appendable) -> Submitted | None:
         """Build, check and fold events and hand them to the store as ONE submission, without
         an await: the log's order is the order of these calls. Each builder sees the projection
         after the events built before it; a builder returning None adds nothing. None when no
@@ -129,11 +150,11 @@ class SessionLog:
             await trio.lowlevel.cancel_shielded_checkpoint()
             raise
 
-    def _sequence(self, builds: tuple[Builder, ...]) -> Submitted | None:
+    def _sequence(self, builds: tuple[Appendable, ...]) -> Submitted | None:
         before = state = self.state
         events: list[Event] = []
         for build in builds:
-            event = build(state)
+            event = build if isinstance(build, Event) else build(state)
             if event is None:
                 continue
             broken = check(state, event)

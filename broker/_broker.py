@@ -7,7 +7,7 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -19,9 +19,9 @@ from ._answerers import AnswererHandle, AnswerFn, insert_handle
 from ._bounded_waits import BoundedWaits
 from ._collapse import collapse_single
 from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
-from ._decision import Decision
 from ._errors import BrokerClosedError, ResumeError
 from ._projection import fold_all
+from ._questions import Decision
 from ._remote import RemoteAnswerer
 from ._request import ApprovalRequest
 from ._session import Session
@@ -99,7 +99,9 @@ class Broker:
     delegation: Delegation
     settle_grace: float
     _sessions: dict[str, Session] = attrs.field(factory=dict, init=False)
-    _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
+    #: Host interface: the answerers that see every question, in registration order (an
+    #: attribute, read on every question; written only by :meth:`register_answerer`).
+    unscoped_answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     _order: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _closing: bool = attrs.field(default=False, init=False)
     # The answer board (see the board property), made on first use.
@@ -325,11 +327,6 @@ class Broker:
 
     # -- answerers ------------------------------------------------------------------------
 
-    @property
-    def unscoped_answerers(self) -> Sequence[AnswererHandle]:
-        """Host interface: the answerers that see every question, in registration order."""
-        return self._answerers
-
     def register_answerer(self, fn: AnswerFn, scope: Agent | None, prepend: bool) -> AnswererHandle:
         """Host interface: register *fn* (in *scope*'s session when given); returns its handle.
 
@@ -343,7 +340,7 @@ class Broker:
         if scope is not None:
             registry = self._check_agent(scope, "scope").answerer_registry
         else:
-            registry = self._answerers
+            registry = self.unscoped_answerers
         number = next(self._order)
         # Invariant: registration order ascending; each prepend goes in front of all before it.
         handle = AnswererHandle(fn, scope, -number if prepend else number, registry)

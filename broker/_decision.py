@@ -1,4 +1,4 @@
-"""The full answer to one question: its outcome and how it was reached."""
+"""An answerer's answer: its outcome and who gave it (:class:`Answer`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import attrs
 
 from ._vocabulary import Outcome
 
-__all__ = ["Answer", "Decision"]
+__all__ = ["Answer"]
 
 _MAX_BY = 200
 
@@ -36,19 +36,3 @@ class Answer:
     @by.validator
     def _validate_by(self, _attribute: object, value: object) -> None:
         _check_by(value)
-
-
-@attrs.frozen(kw_only=True)
-class Decision:
-    """What :meth:`Broker.request_decision` returns; ``request()`` returns ``outcome`` alone.
-
-    ``id`` is the audit pair's id; ``remembered`` marks a remembered grant; ``by_policy`` a
-    rejection by the ``never`` policy (no answerer was consulted); ``answered_by`` who answered,
-    when the deciding answerer said so (:class:`Answer`).
-    """
-
-    id: str
-    outcome: Outcome
-    remembered: bool = False
-    by_policy: bool = False
-    answered_by: str | None = None

@@ -10,19 +10,18 @@ the algorithm needs of it, so this module does not import the session module.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
 
 from ._answerers import run_waterfall
-from ._appends import if_pending
+from ._appends import Lifecycle, if_pending
 from ._collapse import collapse_single
-from ._decision import Decision
 from ._errors import SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, Event
 from ._flight import Flight, Withdrawal
-from ._ids import new_id
 from ._request import Asking, asking
 from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
@@ -36,9 +35,55 @@ if TYPE_CHECKING:
     from ._projection import ApprovalState
     from ._request import ApprovalRequest
 
-__all__ = ["Asker", "Questions"]
+__all__ = ["Asker", "Decision", "Questions"]
 
 log = logging.getLogger("broker.session")
+
+# Question ids: UUID4 strings cut from a buffered pool of OS randomness. ``str(uuid.uuid4())``
+# makes one ``urandom`` system call per id, a visible part of an in-memory ask; reading 4 KiB
+# at a time and setting the version/variant bits ourselves gives the same ids (RFC 4122
+# version 4, 122 random bits from the OS CSPRNG) at a fraction of the cost.
+_POOL_BYTES = 4096
+_pool = b""
+_offset = _POOL_BYTES
+
+
+def _reset_after_fork() -> None:
+    # A forked child must not hand out the ids its parent will hand out.
+    global _pool, _offset
+    _pool, _offset = b"", _POOL_BYTES
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def new_id() -> str:
+    """A fresh question id: a UUID4 string."""
+    global _pool, _offset
+    if _offset >= len(_pool):
+        _pool, _offset = os.urandom(_POOL_BYTES), 0
+    raw = bytearray(_pool[_offset : _offset + 16])
+    _offset += 16
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+@attrs.frozen(kw_only=True)
+class Decision:
+    """What :meth:`Broker.request_decision` returns; ``request()`` returns ``outcome`` alone.
+
+    ``id`` is the audit pair's id; ``remembered`` marks a remembered grant; ``by_policy`` a
+    rejection by the ``never`` policy (no answerer was consulted); ``answered_by`` who answered,
+    when the deciding answerer said so (:class:`Answer`).
+    """
+
+    id: str
+    outcome: Outcome
+    remembered: bool = False
+    by_policy: bool = False
+    answered_by: str | None = None
 
 
 class Asker(Protocol):
@@ -48,10 +93,6 @@ class Asker(Protocol):
     def id(self) -> str: ...
     @property
     def agent(self) -> Agent: ...
-    @property
-    def log(self) -> SessionLog: ...
-    @property
-    def host(self) -> SessionHost: ...
     @property
     def effective_policy(self) -> Policy: ...
     def is_granted(self, tool_name: str) -> bool: ...
@@ -66,6 +107,8 @@ class Questions:
     settle and new ones are refused."""
 
     _session: Asker
+    _log: SessionLog
+    _host: SessionHost
     # Questions past admission and not yet settled, by request id.
     _flights: dict[str, Flight] = attrs.field(factory=dict, init=False)
     # Created when first needed: an idle session should cost as little memory as possible.
@@ -114,8 +157,8 @@ class Questions:
             return asked
 
         flight = self._admit(request_id)
-        settle_grace = session.host.settle_grace
-        session_log = session.log
+        settle_grace = self._host.settle_grace
+        session_log = self._log
         try:
             try:
                 await session_log.ready(internal=False, shielded=False)
@@ -144,7 +187,7 @@ class Questions:
             decided = ApprovalDecided(id=request_id, outcome=outcome, answered_by=answered_by)
             # Invariant: once the race is decided, the log records that decision — a caller
             # cancelled from here on gets Cancelled at its next checkpoint, after the return.
-            await session_log.append(lambda _state: decided, internal=True, shielded=True)
+            await session_log.append(decided, internal=True, shielded=True)
             if question.hooks:
                 with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
                     await question.settled(outcome)
@@ -169,8 +212,8 @@ class Questions:
             remembered=remembered,
             policy=Policy.NEVER if by_policy else None,
         )
-        session_log = self._session.log
-        submitted = await session_log.sequence_now(put, lambda _state: decided)
+        session_log = self._log
+        submitted = await session_log.sequence_now(put, decided)
         assert submitted is not None  # put always builds
         await session_log.durable(submitted, schedule=True, shielded=True)
         return Decision(id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy)
@@ -180,7 +223,8 @@ class Questions:
     ) -> tuple[Outcome, bool, bool] | None:
         """Steps 3.1–3.3, which consult no answerer: (outcome, remembered, decided by the
         never policy), or None when the waterfall must decide (:meth:`_decide`)."""
-        if flight.cause is None and is_aborted(req.signal):
+        signal = req.signal
+        if flight.cause is None and signal is not None and is_aborted(signal):
             flight.withdraw(Withdrawal.ABORTED, "before the question was put")
         if flight.cause is not None:
             return _settled_by(flight.cause), False, False
@@ -233,7 +277,7 @@ class Questions:
         decided = ApprovalDecided(id=request_id, outcome=Outcome.CANCELLED)
         try:
             # The asked append is FIFO before us; if it never landed there is nothing to pair.
-            await self._session.log.append(if_pending(decided), internal=True)
+            await self._log.append(if_pending(decided), internal=True)
         except (SessionClosedError, TurnError):
             log.warning(
                 "question %s of session %s left unpaired for recovery",
@@ -244,7 +288,8 @@ class Questions:
     # -- flights ----------------------------------------------------------------------------
 
     def _admit(self, request_id: str) -> Flight:
-        self._session.require_open("req.agent", "ask in")
+        if self._log.status is not Lifecycle.OPEN:
+            self._session.require_open("req.agent", "ask in")
         if self.turn_ending:
             raise TurnError(OUTSIDE_TURN)
         flight = self._flights[request_id] = Flight()

@@ -20,7 +20,6 @@ Teardown order (tested in ``tests/test_session.py``; see ``design/architecture.m
 
 from __future__ import annotations
 
-import enum
 import functools
 import itertools
 import logging
@@ -32,7 +31,7 @@ import attrs
 import trio
 
 from ._agent import Agent
-from ._appends import SessionLog, if_pending
+from ._appends import Lifecycle, SessionLog, if_pending
 from ._collapse import collapse_single, is_cancellation
 from ._errors import AuditAppendError, SessionClosedError, SessionCrashedError, TurnError
 from ._events import (
@@ -59,13 +58,6 @@ __all__ = ["Session"]
 log = logging.getLogger("broker.session")
 
 
-class _Status(enum.Enum):
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
-    CRASHED = "crashed"
-
-
 @attrs.define(eq=False, repr=False, init=False)
 class Session:
     """An open conversation with its own durable log, projection and agent.
@@ -83,7 +75,8 @@ class Session:
 
     id: str
     parent: Session | None
-    _host: SessionHost
+    #: The service hosting this session (its broker).
+    host: SessionHost
     delegated: bool = False
     #: The parent's id as the store records it (also when the parent is not open here).
     parent_id: str | None = None
@@ -92,7 +85,6 @@ class Session:
     log: SessionLog = attrs.field(init=False)
     #: The request algorithm and the questions in flight.
     questions: Questions = attrs.field(init=False)
-    _status: _Status = attrs.field(default=_Status.OPEN, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     # Created when first needed: an idle session should cost as little memory as possible.
     _finished: trio.Event | None = attrs.field(default=None, init=False)
@@ -117,17 +109,10 @@ class Session:
         if parent is not None and parent_id is None:
             self.parent_id = parent.id
         self.agent = Agent(self)
-        self.log = SessionLog(
-            id, host, self._check_admitted, self._fenced, state or ApprovalState()
-        )
-        self.questions = Questions(self)
+        self.log = SessionLog(id, host, self._closed_error, self._fenced, state or ApprovalState())
+        self.questions = Questions(self, self.log, host)
 
     # -- read-only views ------------------------------------------------------------------
-
-    @property
-    def host(self) -> SessionHost:
-        """The service hosting this session (its broker)."""
-        return self._host
 
     @property
     def state(self) -> ApprovalState:
@@ -138,7 +123,7 @@ class Session:
     @property
     def is_open(self) -> bool:
         """Whether the session is live: admitting questions (not closing, closed or crashed)."""
-        return self._status is _Status.OPEN
+        return self.log.status is Lifecycle.OPEN
 
     @property
     def pending(self) -> int:
@@ -182,7 +167,7 @@ class Session:
             kind = "cancelled" if is_cancellation(exc) else "error"
             raise
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(self._host.settle_grace):
+            with trio.CancelScope(shield=True), trio.move_on_after(self.host.settle_grace):
                 await self._leave_turn(number, kind, Withdrawal.TURN_ENDING)
 
     async def _leave_turn(  # noqa: ASYNC910 (a teardown step; its callers checkpoint)
@@ -243,7 +228,7 @@ class Session:
                 f"event must not be an {event.TYPE} event: approval and turn events are written "
                 "by the broker (request, grant, set_policy) and by session.turn()"
             )
-        await self.log.append(lambda _state: event)
+        await self.log.append(event)
 
     # -- tasks and answerer channels owned by the session ---------------------------------
 
@@ -267,7 +252,7 @@ class Session:
         The answerer lives until ``handle.close()`` or the session closes. Cancellation: as
         :meth:`start`; if cancelled before it started, nothing is registered.
         """
-        serve = functools.partial(self._host.serve_answerer, fn, scope=self.agent, prepend=prepend)
+        serve = functools.partial(self.host.serve_answerer, fn, scope=self.agent, prepend=prepend)
         handle: AnswererHandle = await self.start(serve)
         return handle
 
@@ -280,7 +265,7 @@ class Session:
         """
         if not self.is_open:
             raise self._closed_error("add an answerer to")
-        return self._host.register_answerer(fn, self.agent, prepend)
+        return self.host.register_answerer(fn, self.agent, prepend)
 
     @property
     def answerer_registry(self) -> list[AnswererHandle]:
@@ -332,10 +317,10 @@ class Session:
             self._finalise()
 
     def _crash(self, exc: BaseException) -> None:
-        if self._status is _Status.CRASHED:
+        if self.log.status is Lifecycle.CRASHED:
             return
         self.crash_cause = exc
-        self._status = _Status.CRASHED
+        self.log.status = Lifecycle.CRASHED
         log.error(
             "session %s crashed; its pending questions are left for recovery",
             self.id,
@@ -343,14 +328,14 @@ class Session:
         )
 
     def _finalise(self) -> None:
-        if self._status is not _Status.CRASHED:
-            self._status = _Status.CLOSED
+        if self.log.status is not Lifecycle.CRASHED:
+            self.log.status = Lifecycle.CLOSED
         self.questions.withdraw_all(
-            Withdrawal.SESSION_CLOSING, f"session {self.id} {self._status.value}"
+            Withdrawal.SESSION_CLOSING, f"session {self.id} {self.log.status.value}"
         )
         for handle in list(self._answerers):
-            handle.close(reason=f"session {self.id} {self._status.value}")
-        self._host.forget(self.id)
+            handle.close(reason=f"session {self.id} {self.log.status.value}")
+        self.host.forget(self.id)
         self._done = True
         if self._finished is not None:
             self._finished.set()
@@ -361,7 +346,7 @@ class Session:
     def effective_policy(self) -> Policy:
         """The last ``approval/policy`` of this session, else the host's default."""
         override = self.log.state.policy
-        return self._host.policy if override is None else override
+        return self.host.policy if override is None else override
 
     def is_granted(self, tool_name: str) -> bool:
         """Whether this session, or a live ancestor, holds a grant for *tool_name*."""
@@ -376,10 +361,10 @@ class Session:
 
     def answerer_chain(self) -> list[AnswererHandle]:
         """The answerers consulted for this session's questions, in registration order."""
-        lists: list[Sequence[AnswererHandle]] = [self._host.unscoped_answerers]
+        lists: list[Sequence[AnswererHandle]] = [self.host.unscoped_answerers]
         if self._answerers:
             lists.append(self._answerers)
-        if self._host.delegation is Delegation.INHERIT:
+        if self.host.delegation is Delegation.INHERIT:
             ancestor = self.parent
             while ancestor is not None and ancestor.is_open:
                 if ancestor._answerers:
@@ -395,14 +380,14 @@ class Session:
         """Durably record *policy* (no notice; outside a turn is fine). Cancellation: the event
         may still land."""
         event = ApprovalPolicy(policy=policy)
-        await self.log.append(lambda _state: event)
+        await self.log.append(event)
 
     async def pin_delegated_policy(self, policy: Policy) -> None:
         """Seed the policy a delegation captured: ``approval/policy {policy, source:
         "delegation"}`` (spec 8.5). Cancellation: the event may still land."""
         self.delegated = True
         event = ApprovalPolicy(policy=policy, source="delegation")
-        await self.log.append(lambda _state: event)
+        await self.log.append(event)
 
     async def switch_policy(self, policy: Policy) -> bool:
         """Switch live; True when the effective policy changed (then the agent gets a notice).
@@ -412,7 +397,7 @@ class Session:
         previous: list[Policy] = []
 
         def switch(state: ApprovalState) -> Event | None:
-            current = self._host.policy if state.policy is None else state.policy
+            current = self.host.policy if state.policy is None else state.policy
             if current is policy:
                 return None
             previous.append(current)
@@ -449,9 +434,9 @@ class Session:
                 # Its actor never ran (its start failed or is still to come): nothing was
                 # appended through it; end here, and a late start returns at once.
                 self._finalise()
-            if self._status is _Status.OPEN:
-                self._status = _Status.CLOSING
-                with trio.move_on_after(self._host.settle_grace):  # noqa: ASYNC912
+            if self.log.status is Lifecycle.OPEN:
+                self.log.status = Lifecycle.CLOSING
+                with trio.move_on_after(self.host.settle_grace):  # noqa: ASYNC912
                     self.questions.withdraw_all(Withdrawal.SESSION_CLOSING, f"session {self.id}")
                     await self.questions.wait_settled()
                     if self.log.state.turn_open:
@@ -459,7 +444,7 @@ class Session:
                             self.log.state.turn, "closed", Withdrawal.SESSION_CLOSING
                         )
                 self.halt(f"session {self.id} closed")
-            with trio.move_on_after(self._host.settle_grace):
+            with trio.move_on_after(self.host.settle_grace):
                 await self._wait_done()
             if not self._done:
                 log.error(
@@ -467,8 +452,8 @@ class Session:
                     "that ignores cancellation?)",
                     self.id,
                 )
-            with trio.move_on_after(self._host.settle_grace):
-                await self._host.store.release(self.id)
+            with trio.move_on_after(self.host.settle_grace):
+                await self.host.store.release(self.id)
         # A schedule point that never raises Cancelled: this runs in ``finally`` blocks while
         # the body's own exception propagates, and a Cancelled here would replace it.
         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -499,25 +484,19 @@ class Session:
         if not self.is_open:
             raise self._closed_error(action, parameter=parameter)
 
-    def _check_admitted(self, internal: bool) -> None:
-        """The log's admission check: open, or closing for an *internal* append."""
-        admitted = self._status is _Status.OPEN or (internal and self._status is _Status.CLOSING)
-        if not admitted:
-            raise self._closed_error("append to")
-
     def _fenced(self, exc: SessionFencedError) -> None:
         """Another process owns the session now: fail closed and end, never write again."""
         self._crash(exc)
         self.halt(f"session {self.id} fenced: {exc}")
 
     def _closed_error(self, action: str, parameter: str = "session") -> SessionClosedError:
-        if self._status is _Status.CRASHED:
+        if self.log.status is Lifecycle.CRASHED:
             return SessionCrashedError(
                 f"{parameter} belongs to session {self.id}, which crashed "
                 f"({type(self.crash_cause).__name__}: {self.crash_cause}): cannot {action} it; "
                 "open a new session"
             )
         return SessionClosedError(
-            f"{parameter} belongs to session {self.id}, which is {self._status.value}: "
+            f"{parameter} belongs to session {self.id}, which is {self.log.status.value}: "
             f"cannot {action} it; use an open session"
         )

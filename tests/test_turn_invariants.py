@@ -158,7 +158,7 @@ async def test_a_second_decided_is_refused(
         )
         again = ApprovalDecided(id=decision.id, outcome=Outcome.ALLOWED_ONCE)
         with pytest.raises(AuditInvariantError, match=r"rule pairing"):
-            await approval_session.log.append(lambda _state: again, internal=True)
+            await approval_session.log.append(again, internal=True)
     decided = [
         e for e in log_of(approval_broker, approval_session) if isinstance(e, ApprovalDecided)
     ]

@@ -7,7 +7,7 @@ events and returns a resolved ticket, so a session's append costs no scheduling 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 import trio
@@ -69,10 +69,8 @@ class MemoryStore:
         self._states[session_id] = state
         return DURABLE
 
-    @property
-    def congested(self) -> bool:
-        """Never: nothing waits to be written."""
-        return False
+    #: Never: nothing waits to be written (an attribute: read on every append).
+    congested: ClassVar[bool] = False
 
     async def wait_for_room(self) -> None:
         """A checkpoint. Cancellation: safe."""

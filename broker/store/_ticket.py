@@ -21,43 +21,37 @@ class Ticket:
     rescheduled directly (no :class:`trio.Event`, whose set of waiters one caller does not
     need) and its done-callbacks run."""
 
-    _done: bool = False
-    _error: BaseException | None = None
+    # Plain attributes, not properties: every question reads both on its append path, and
+    # a property is a Python call each time. Written only by succeed/fail.
+    #: Resolved: :meth:`wait` will not block.
+    done: bool = False
+    #: What it failed with, if it did.
+    error: BaseException | None = None
     _waiter: trio.lowlevel.Task | None = None
     _callback: Callable[[], None] | None = None
 
-    @property
-    def done(self) -> bool:
-        """Resolved: :meth:`wait` will not block."""
-        return self._done
-
-    @property
-    def error(self) -> BaseException | None:
-        """What it failed with, if it did."""
-        return self._error
-
     def fail(self, error: BaseException) -> None:
         """Resolve with *error* (no-op if already resolved)."""
-        if not self._done:
-            self._error = error
+        if not self.done:
+            self.error = error
             self._resolve()
 
     def succeed(self) -> None:
         """Resolve successfully (no-op if already resolved)."""
-        if not self._done:
+        if not self.done:
             self._resolve()
 
     def add_done_callback(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` once resolved (at once if it is): synchronously, on the trio thread,
         in the order added. *fn* must not raise."""
-        if self._done:
+        if self.done:
             fn()
             return
         previous = self._callback
         self._callback = fn if previous is None else functools.partial(_both, previous, fn)
 
     def _resolve(self) -> None:
-        self._done = True
+        self.done = True
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
@@ -76,13 +70,13 @@ class Ticket:
 
         Cancellation: just stops waiting; what was submitted (or queued) may still be done.
         """
-        if self._done:
+        if self.done:
             await trio.lowlevel.checkpoint()
         else:
             self._waiter = trio.lowlevel.current_task()
             await trio.lowlevel.wait_task_rescheduled(self._abort)
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            raise self.error
 
 
 def _both(first: Callable[[], None], second: Callable[[], None]) -> None:

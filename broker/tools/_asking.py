@@ -20,7 +20,7 @@ from ._call import ToolResult
 
 if TYPE_CHECKING:
     from .._broker import Broker
-    from .._decision import Decision
+    from .._questions import Decision
     from .._request import ApprovalRequest
 
 __all__ = ["ask_or_refuse"]
