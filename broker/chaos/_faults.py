@@ -30,12 +30,14 @@ class FaultyStore(ForwardingStore):
     questions' events too, and those are failed with it. ``orphaning`` counts the planned
     ``decided`` failures whose ``asked`` had landed before (a question decided without an
     answerer submits both in one batch, which then fails whole and leaves nothing to recover).
-    ``on_decided`` sees each decision that was made durable.
+    ``on_handed`` sees each ``asked`` and ``decided`` handed to the inner store, ``on_landed``
+    each one made durable (on the in-memory store, in the same step).
     """
 
     fail_asked: set[str] = attrs.field(factory=set)
     fail_decided: set[str] = attrs.field(factory=set)
-    on_decided: Callable[[ApprovalDecided], None] | None = None
+    on_handed: Callable[[ApprovalAsked | ApprovalDecided], None] | None = None
+    on_landed: Callable[[ApprovalAsked | ApprovalDecided], None] | None = None
     call_of: dict[str, str] = attrs.field(factory=dict, init=False)
     failed_ids: set[str] = attrs.field(factory=set, init=False)
     injected: int = attrs.field(default=0, init=False)
@@ -63,11 +65,17 @@ class FaultyStore(ForwardingStore):
                     self.failed_ids.add(event.id)
             raise StoreError("injected fault: database or disk is full")
 
-    def _landed(self, events: Sequence[Event]) -> None:
-        if self.on_decided is not None:
+    def _handed(self, events: Sequence[Event]) -> None:
+        if self.on_handed is not None:
             for event in events:
-                if isinstance(event, ApprovalDecided):
-                    self.on_decided(event)
+                if isinstance(event, ApprovalAsked | ApprovalDecided):
+                    self.on_handed(event)
+
+    def _landed(self, events: Sequence[Event]) -> None:
+        if self.on_landed is not None:
+            for event in events:
+                if isinstance(event, ApprovalAsked | ApprovalDecided):
+                    self.on_landed(event)
 
     def submit(
         self, session_id: str, seq: int, events: Sequence[Event], state: ApprovalState
@@ -80,6 +88,7 @@ class FaultyStore(ForwardingStore):
             failed.fail(exc)
             return failed
         ticket = self.inner.submit(session_id, seq, events, state)
+        self._handed(events)
         if ticket.done:
             self._landed(events)
             return ticket
@@ -88,6 +97,7 @@ class FaultyStore(ForwardingStore):
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
         """Fail if planned, else append to the inner store. Cancellation: as the inner store."""
         self._check(events)
+        self._handed(events)
         await self.inner.append(session_id, events)
         self._landed(events)
 

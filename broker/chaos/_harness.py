@@ -8,6 +8,14 @@ Synopsis::
 Runs on trio's :class:`~trio.testing.MockClock` with autojump (virtual time: fast, and the
 timing of every fault is reproducible from the seed; the order in which trio runs tasks of one
 scheduler pass may still vary). The store is the in-memory store behind a fault injector.
+
+``run_chaos(config, store=URL)`` runs the same plan against a durable store (a SQLite file or a
+PostgreSQL database, see :func:`~broker.store.open_store`) behind the same fault injector. Its
+writer thread and server connection need a real clock, so that run does: its schedule is
+compressed (every planned delay times :data:`REAL_TIME_SCALE`) and the asks get
+:data:`REAL_QUIET` seconds to finish before the teardown. The sessions are new ones (fresh
+ids), so runs sharing a database never meet; after the run their stored rows are verified as
+``broker log verify`` does (hash chains, turn order and enclosure, pairing, checkpoints).
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING
 
 import attrs
@@ -25,11 +33,14 @@ from trio_util import AsyncValue
 
 from .._broker import open_broker
 from .._errors import AuditAppendError, SessionClosedError, TurnError
-from .._events import ApprovalDecided
+from .._events import ApprovalAsked, ApprovalDecided
 from .._request import ApprovalRequest
 from .._signal import AbortSignal
 from .._vocabulary import Outcome
+from ..store._logtools import VerifyError, open_reader, verify_reader
 from ..store._memory import MemoryStore
+from ..store._open import open_store
+from ..store._url import PostgresUrl, parse_store_url
 from ._checks import check_logs, never_reached
 from ._faults import FaultyStore
 from ._instrument import Watch
@@ -39,13 +50,38 @@ if TYPE_CHECKING:
     from .._answerers import AnswererHandle, AnswerNext
     from .._broker import Broker
     from .._session import Session
+    from ..store._protocol import EventStore
+    from ..store._rows import EventRow, SessionInfo, StoredCheckpoint, StoreReader
 
 __all__ = ["ChaosReport", "run_chaos"]
 
-# How many scheduler passes a withdrawn question may take to settle (its decided appended).
+# How many scheduler passes a withdrawn question may take to settle (its decided handed to the
+# store; on the in-memory store that is when it is durable too).
 ABORT_LAG_BOUND = 1
+# On a durable store the asked is committed before the question is put: the asker wakes from
+# the commit (one pass) and meets an abort at its question's first checkpoint (another).
+PUT_PASSES = 2
 _QUIET = 30.0  # virtual seconds the asks get to finish on their own before teardown
 _TEARDOWN = 30.0  # virtual seconds the teardown gets to settle everything
+#: On a real clock (a durable store): every planned delay is multiplied by this (the asks of
+#: 2000 planned over 40 virtual seconds start within 4 real ones).
+REAL_TIME_SCALE = 0.1
+#: On a real clock: seconds the asks get to finish on their own before the teardown (the
+#: answerers that hang wait this long); the teardown still gets ``_TEARDOWN``.
+REAL_QUIET = 2.0
+
+
+@attrs.frozen
+class _Timing:
+    """How the plan's delays map to the clock the run uses."""
+
+    scale: float
+    quiet: float
+    teardown: float
+
+
+_VIRTUAL = _Timing(scale=1.0, quiet=_QUIET, teardown=_TEARDOWN)
+_REAL = _Timing(scale=REAL_TIME_SCALE, quiet=REAL_QUIET, teardown=_TEARDOWN)
 
 
 @attrs.frozen(kw_only=True)
@@ -61,6 +97,10 @@ class ChaosReport:
     abort_lags: tuple[int, ...]
     settled_by_teardown: int
     violations: tuple[str, ...]
+    #: The durable store the run wrote to (its URL without a password), None for in-memory.
+    store: str | None = None
+    #: What verifying the run's stored sessions checked (None for in-memory).
+    verified: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -69,9 +109,12 @@ class ChaosReport:
     def lines(self) -> list[str]:
         """A human-readable summary."""
         lags = sorted(self.abort_lags)
+        bound = f"{ABORT_LAG_BOUND}"
+        if self.store is not None:
+            bound += f", {ABORT_LAG_BOUND + PUT_PASSES} from its asked's commit"
         lag = (
             f"p50 {lags[len(lags) // 2]}, max {lags[-1]} scheduling passes "
-            f"(bound {ABORT_LAG_BOUND}; {len(lags)} withdrawn mid-question)"
+            f"(bound {bound}; {len(lags)} withdrawn mid-question)"
             if lags
             else "no question was withdrawn mid-question"
         )
@@ -88,16 +131,86 @@ class ChaosReport:
             f"crash tails closed by recovery: {self.recovered}; "
             f"settled by teardown: {self.settled_by_teardown}",
             f"abort to settled: {lag}",
+            *self._store_lines(),
             f"violations: {len(self.violations)}",
             *[f"  - {v}" for v in self.violations[:20]],
         ]
 
+    def _store_lines(self) -> list[str]:
+        if self.store is None:
+            return []
+        return [
+            f"store: {self.store} (real clock, delays x{REAL_TIME_SCALE:g})",
+            f"stored log: {self.verified or 'not verified'}",
+        ]
 
-def run_chaos(config: ChaosConfig) -> ChaosReport:
-    """Run *config* to completion on a virtual clock; never raises for a violation."""
-    clock = trio.testing.MockClock(autojump_threshold=0)
-    report: ChaosReport = trio.run(_run, config, clock=clock)
-    return report
+
+def run_chaos(config: ChaosConfig, *, store: str | None = None) -> ChaosReport:
+    """Run *config* to completion; never raises for a violation.
+
+    Without *store*: on a virtual clock, in memory. With *store* (a file path,
+    ``sqlite:///PATH`` or ``postgresql://…``): on the real clock against that durable store,
+    in new sessions, whose stored rows are then verified. Raises
+    :class:`~broker.store.StoreUrlError` (a :class:`ValueError`) for a *store* of another kind
+    and :class:`~broker.store.StoreError` when it cannot be opened, before anything runs.
+    """
+    if store is None:
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        report: ChaosReport = trio.run(_run_in_memory, config, clock=clock)
+        return report
+    where = parse_store_url(store, parameter="--store")
+    shown = str(where) if isinstance(where, PostgresUrl) else where.path
+    report, stored = trio.run(_run_on_store, config, store)
+    violations = list(report.violations)
+    verified = _verify_stored(store, stored, violations)
+    return attrs.evolve(report, store=shown, verified=verified, violations=tuple(violations))
+
+
+def _verify_stored(store: str, stored: dict[str, int], violations: list[str]) -> str | None:
+    """Verify the run's sessions in *store* as ``broker log verify --allow-pending`` does (an
+    ask whose decided append was failed on purpose stays pending: nothing reopened the
+    session to recover it); a violation, or rows other than the ones the run read back, is
+    appended to *violations*. Blocking (read-only). Returns the summary, or None."""
+    try:
+        with open_reader(store) as reader:
+            summary = verify_reader(_Subset(reader, frozenset(stored)), allow_pending=True)
+    except VerifyError as exc:
+        violations.append(f"the stored log does not verify: {exc}")
+        return None
+    expected = sum(stored.values())
+    if summary.sessions != len(stored) or summary.events != expected:
+        violations.append(
+            f"the store holds {summary.sessions} sessions and {summary.events} events of the "
+            f"run, but it read back {len(stored)} sessions and {expected} events"
+        )
+    return summary.summary().removeprefix("ok: ")
+
+
+@attrs.frozen
+class _Subset:
+    """A store reader that shows only the sessions *ids* (runs may share a database)."""
+
+    reader: StoreReader
+    ids: frozenset[str]
+
+    @property
+    def where(self) -> str:
+        return self.reader.where
+
+    def sessions(self) -> list[SessionInfo]:
+        return [info for info in self.reader.sessions() if info.session_id in self.ids]
+
+    def session(self, session_id: str) -> SessionInfo | None:
+        return self.reader.session(session_id) if session_id in self.ids else None
+
+    def rows(self, session_id: str) -> Iterator[EventRow]:
+        return self.reader.rows(session_id)
+
+    def orphan_session_ids(self) -> list[str]:
+        return [sid for sid in self.reader.orphan_session_ids() if sid in self.ids]
+
+    def checkpoints(self) -> list[StoredCheckpoint]:
+        return [cp for cp in self.reader.checkpoints() if cp.session_id in self.ids]
 
 
 @attrs.define(eq=False)
@@ -106,11 +219,14 @@ class _Run:
     plans: list[AskPlan]
     store: FaultyStore
     watch: Watch
+    timing: _Timing
     by_call: dict[str, AskPlan] = attrs.field(init=False)
     answered_allow: set[str] = attrs.field(factory=set)
     invocations: list[tuple[str, str]] = attrs.field(factory=list)
     abort_pass: dict[str, int] = attrs.field(factory=dict)
     decided_pass: dict[str, int] = attrs.field(factory=dict)
+    asked_handed: dict[str, int] = attrs.field(factory=dict)
+    asked_landed: dict[str, int] = attrs.field(factory=dict)
     decided_outcome: dict[str, Outcome] = attrs.field(factory=dict)
     raised: collections.Counter[str] = attrs.field(factory=collections.Counter)
     faults: collections.Counter[str] = attrs.field(factory=collections.Counter)
@@ -125,13 +241,32 @@ class _Run:
     def __attrs_post_init__(self) -> None:
         self.by_call = {plan.call_id: plan for plan in self.plans}
 
-    def on_decided(self, event: ApprovalDecided) -> None:
+    def on_handed(self, event: ApprovalAsked | ApprovalDecided) -> None:
+        """An ``asked`` or ``decided`` was handed to the store (on the in-memory store that is
+        when it is durable too)."""
+        if isinstance(event, ApprovalAsked):
+            if event.call_id is not None:
+                self.asked_handed.setdefault(event.call_id, self.watch.passes)
+            return
         call = self.store.call_of.get(event.id)
         # A recovered decision closes an ask whose own decided could not be appended (leaving
         # its turn does that); it is not the asking task settling, so it has no abort lag.
         if call is not None and not event.recovered:
-            self.decided_pass[call] = self.watch.passes
+            self.decided_pass.setdefault(call, self.watch.passes)
+
+    def on_landed(self, event: ApprovalAsked | ApprovalDecided) -> None:
+        """An ``asked`` or ``decided`` is durable."""
+        if isinstance(event, ApprovalAsked):
+            if event.call_id is not None:
+                self.asked_landed.setdefault(event.call_id, self.watch.passes)
+            return
+        call = self.store.call_of.get(event.id)
+        if call is not None and not event.recovered:
             self.decided_outcome[call] = event.outcome
+
+    def delay(self, planned: float) -> float:
+        """*planned* seconds on the run's clock."""
+        return planned * self.timing.scale
 
     # -- answerers ----------------------------------------------------------------------------
 
@@ -149,7 +284,7 @@ class _Run:
 
     async def _answer(self, plan: AskPlan, next_: AnswerNext) -> Outcome:
         behaviour = plan.behaviour
-        await trio.sleep(plan.answer_delay if behaviour is Behaviour.SLOW else 0)
+        await trio.sleep(self.delay(plan.answer_delay) if behaviour is Behaviour.SLOW else 0)
         if behaviour in (Behaviour.ALLOW, Behaviour.SLOW):
             self.answered_allow.add(plan.call_id)  # no checkpoint between this and the return
             return Outcome.ALLOWED_ONCE
@@ -184,7 +319,7 @@ class _Run:
             )
             with trio.CancelScope() as caller:  # noqa: ASYNC912 (request() always checkpoints)
                 if plan.cancel_at is not None:
-                    caller.deadline = trio.current_time() + plan.cancel_at
+                    caller.deadline = trio.current_time() + self.delay(plan.cancel_at)
                 try:
                     await broker.request(request)
                 except AuditAppendError:
@@ -206,14 +341,14 @@ class _Run:
         self.outstanding.value = len(self.unfinished)
 
     async def _abort_later(self, signal: AbortSignal, call: str, delay: float) -> None:
-        await trio.sleep(delay)
+        await trio.sleep(self.delay(delay))
         if call in self.unfinished:
             self.faults["abort-mid-question"] += 1
             self.abort_pass[call] = self.watch.passes
             signal.abort("chaos")
 
     async def _teardown_later(self, session: Session, delay: float) -> None:
-        await trio.sleep(delay)
+        await trio.sleep(self.delay(delay))
         handle = self.handles.get(session.id)
         if handle is None or not session.is_open:
             return
@@ -228,7 +363,7 @@ class _Run:
         rng = random.Random(self.config.seed ^ 0x5EED)
         span = max(1.0, self.config.asks / 50)
         while True:
-            await trio.sleep(rng.uniform(0.0, span / 20))
+            await trio.sleep(self.delay(rng.uniform(0.0, span / 20)))
             try:
                 if free and rng.random() < 0.5:
                     target = rng.choice(free)
@@ -241,17 +376,31 @@ class _Run:
                 return
 
 
-async def _run(config: ChaosConfig) -> ChaosReport:
+async def _run_in_memory(config: ChaosConfig) -> ChaosReport:
+    report, _ = await _run(config, MemoryStore(), _VIRTUAL)
+    return report
+
+
+async def _run_on_store(config: ChaosConfig, url: str) -> tuple[ChaosReport, dict[str, int]]:
+    # Opened before the run's instrument is installed: the store's own tasks live on.
+    async with open_store(url, parameter="--store") as inner:
+        return await _run(config, inner, _REAL)
+
+
+async def _run(
+    config: ChaosConfig, inner: EventStore, timing: _Timing
+) -> tuple[ChaosReport, dict[str, int]]:
+    """The run on *inner*; also how many events each session's log holds, as read back."""
     plans = make_plans(config)
-    inner = MemoryStore()
     watch = Watch()
     store = FaultyStore(
         inner,
         fail_asked={p.call_id for p in plans if p.store_fault is StoreFault.ASKED},
         fail_decided={p.call_id for p in plans if p.store_fault is StoreFault.DECIDED},
     )
-    run = _Run(config=config, plans=plans, store=store, watch=watch)
-    store.on_decided = run.on_decided
+    run = _Run(config=config, plans=plans, store=store, watch=watch, timing=timing)
+    store.on_handed = run.on_handed
+    store.on_landed = run.on_landed
     for plan in plans:
         if plan.behaviour is not Behaviour.ALLOW:
             run.faults[f"answerer-{plan.behaviour.value}"] += 1
@@ -280,12 +429,12 @@ async def _run(config: ChaosConfig) -> ChaosReport:
                     limiter = trio.CapacityLimiter(config.concurrency)
                     start = trio.current_time()
                     for plan in sorted(plans, key=lambda p: p.start):
-                        await trio.sleep_until(start + plan.start)
+                        await trio.sleep_until(start + run.delay(plan.start))
                         run.started(plan.call_id)
                         asks.start_soon(
                             _limited, limiter, run, broker, sessions[plan.session], plan
                         )
-                    with trio.move_on_after(_QUIET):
+                    with trio.move_on_after(timing.quiet):
                         await run.outstanding.wait_value(0)
                     run.finished_before_teardown = {p.call_id for p in plans} - run.unfinished
                     pending = set(run.unfinished)
@@ -293,7 +442,7 @@ async def _run(config: ChaosConfig) -> ChaosReport:
                     async with trio.open_nursery() as closers:
                         for session in sessions:
                             closers.start_soon(session.aclose)
-                    with trio.move_on_after(_TEARDOWN):
+                    with trio.move_on_after(timing.teardown):
                         await run.outstanding.wait_value(0)
                     settled_by_teardown = len(pending - run.unfinished)
                     for call in sorted(run.unfinished):
@@ -305,7 +454,7 @@ async def _run(config: ChaosConfig) -> ChaosReport:
         trio.lowlevel.remove_instrument(watch)
     for task in watch.alive:
         run.violations.append(f"task {task.name} was still running after the broker closed")
-    logs = {sid: inner.read_nowait(sid) for sid in session_ids}
+    logs = {sid: await inner.read(sid) for sid in session_ids}
     facts = check_logs(
         logs,
         answered_allow=run.answered_allow,
@@ -317,16 +466,27 @@ async def _run(config: ChaosConfig) -> ChaosReport:
     run.faults["injected-store-decided-alone"] = store.orphaning
     lags = []
     for call, at in run.abort_pass.items():
-        landed = run.decided_pass.get(call)
-        if landed is None or run.decided_outcome.get(call) is not Outcome.CANCELLED:
+        settled = run.decided_pass.get(call)
+        if settled is None or run.decided_outcome.get(call) is not Outcome.CANCELLED:
             continue  # decided before the abort landed, or its audit append was failed
-        lag = landed - at
+        bound = ABORT_LAG_BOUND
+        put = run.asked_landed.get(call, settled)
+        if run.asked_handed.get(call, put) < put:
+            # Its asked went to a durable store on its own, and the question is put (the abort
+            # can withdraw it) only once that is committed: settled before is not the abort's
+            # doing (the caller's cancellation, its turn's end); after, the lag counts from the
+            # later of the abort and the commit, plus the passes the asker needs to wake from
+            # the commit and meet the abort. Never on the in-memory store (handed is durable).
+            if put > settled:
+                continue
+            at, bound = max(at, put), ABORT_LAG_BOUND + PUT_PASSES
+        lag = settled - at
         lags.append(lag)
-        if lag > ABORT_LAG_BOUND:
+        if lag > bound:
             run.violations.append(
-                f"{call} settled {lag} scheduling passes after its abort (bound {ABORT_LAG_BOUND})"
+                f"{call} settled {lag} scheduling passes after its abort (bound {bound})"
             )
-    return ChaosReport(
+    report = ChaosReport(
         config=config,
         asked=facts.asked,
         outcomes=facts.outcomes,
@@ -337,6 +497,7 @@ async def _run(config: ChaosConfig) -> ChaosReport:
         settled_by_teardown=settled_by_teardown,
         violations=tuple(run.violations),
     )
+    return report, {sid: len(events) for sid, events in logs.items()}
 
 
 async def _hold_turns(run: _Run, session: Session, stop: trio.Event, index: int) -> None:
@@ -355,7 +516,7 @@ async def _hold_turns(run: _Run, session: Session, stop: trio.Event, index: int)
             if rng.random() >= run.config.fault_rate:
                 await stop.wait()
                 return
-            with trio.move_on_after(rng.uniform(0.0, span / 4)):
+            with trio.move_on_after(run.delay(rng.uniform(0.0, span / 4))):
                 await stop.wait()
             if session.pending:
                 run.faults["turn-ended-while-pending"] += 1
