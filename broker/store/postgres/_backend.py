@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 import psycopg
+from psycopg.types.numeric import Int8BinaryDumper
 
 from .._backend import ConnectionLost, LeasesLost
 from .._chain import GENESIS
@@ -137,8 +138,10 @@ class PostgresBackend:
             "set_config('application_name', %s, false)",
             (str(self._leases.ttl_ms), f"broker {self.owner}"[:63]),
         )
-        conn.execute(self._statements.group_rows)
         conn.commit()
+        # Every int is sent as int8: a group's arrays keep one type (psycopg would pick int2,
+        # int4 or int8 by value), so the group statement stays one prepared statement.
+        conn.adapters.register_dumper(int, Int8BinaryDumper)
 
     def _reconnect(self) -> Connection[tuple[object, ...]]:
         """A new connection after the last one was lost, tried at most
@@ -279,7 +282,7 @@ class PostgresBackend:
                 conn.close()
 
     def _require_conn(self) -> Connection[tuple[object, ...]]:
-        if self._conn is None:
+        if self._conn is None or self._conn.closed:  # closed: lost during a group's write
             if not self._live:
                 raise ConnectionLost(f"the connection to {self.label} was closed after an error")
             self._conn = self._reconnect()

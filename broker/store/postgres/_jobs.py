@@ -2,19 +2,26 @@
 
 Each function takes the connection and runs on the writer's thread only; the writer actor
 (:mod:`broker.store._writer`, through :class:`~broker.store.postgres._backend.PostgresBackend`)
-decides when, and what their results mean. A group is ONE transaction: its rows by ``COPY``
-(measured ~4x faster per 256-row group than one ``INSERT … SELECT unnest(…)``: 1.3 against
-5.5 ms here) into a temporary table of the connection, its creates by one multi-row statement,
-then ONE statement that fences and writes (:attr:`Statements.fence`): it moves the heads of the
-sessions this process still holds at its epoch — locking their rows — and, for those sessions
-only, the rows and checkpoints; then COMMIT. A session the fence does not return was taken
-over: nothing of it is written, the rest of the group is.
+decides when, and what their results mean.
 
-Why the rows go through a temporary table: a writer paused (SIGSTOP) in the middle of a
-``COPY`` into ``events`` would hold uncommitted index entries that block its successor's first
-append for as long as it stays paused (a ``COPY`` waiting for its client is not cancelled by a
-timeout). Paused at a statement boundary instead, its transaction is idle, and the server ends
-it after ``idle_in_transaction_session_timeout`` (the lease's ttl, set at open).
+A group is ONE transaction of ONE statement (:data:`GROUP_SQL`), sent in autocommit so that the
+server commits it as soon as it has run: one round trip per group (it was five — ``BEGIN``,
+``COPY`` into a temporary table in two, the fence, ``COMMIT`` — and one more per kind of
+create). The statement creates the group's new sessions, fences (it moves the heads of the
+sessions this process still holds at its epoch, locking their rows) and, for the sessions it
+kept only, inserts the rows and checkpoints from arrays (``unnest`` of binary parameters). A
+session it does not keep was taken over: nothing of it is written, the rest of the group is.
+The server answers after its COMMIT, and the connection runs with ``synchronous_commit = on``.
+
+A paused writer (SIGSTOP) holds no row a takeover needs: the server runs the statement only
+once all of it has arrived, and commits it as soon as it has run — there is no idle
+transaction to wait for (the temporary table the ``COPY`` went through existed for that). The
+one exception: libpq sends the statement and the ``Sync`` that commits it in one write, and if
+the socket took all but that ``Sync`` the moment the writer stopped, the statement holds its
+rows until it goes on (a claim meanwhile fails with ``SessionOwnedError``, as for the old
+fence's statement; nothing is written out of turn). The test seam's fault (``plan.fault``) runs
+the same statement in an explicit transaction instead, so it can be rolled back in place of
+COMMIT.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ if TYPE_CHECKING:
     from .._plan import Plan
     from ._leases import Leases
 
-    Conn = Connection[tuple[object, ...]]
+    Row = tuple[object, ...]
+    Conn = Connection[Row]
 
 __all__ = [
     "GroupArrays",
@@ -58,69 +66,72 @@ __all__ = [
 ]
 
 
+#: A group's write: ONE statement, committed on its own (:func:`_commit_alone`), so a group
+#: costs one round trip to the server. Every session the group touches (``v``: the epoch this
+#: process holds it at, -1 for none, and its new head, NULL when unmoved) is checked and
+#: moved; the rows and checkpoints of the sessions kept (``kept``) are inserted from arrays.
+#: Data-modifying CTEs all see the statement's snapshot and must not update one row twice, so
+#: a session created here gets its head in its INSERT, and ``fence`` leaves the explicit
+#: creates (``made``) alone.
+GROUP_SQL = (
+    "WITH v AS (SELECT * FROM unnest(%(ids)b::text[], %(epochs)b::int8[], %(seqs)b::int8[], "
+    "%(hashes)b::bytea[]) AS v(id, epoch, seq, hash)), "
+    # Explicit creates in creation order (ord): a new session is this process's at epoch 1;
+    # an existing one is re-parented (and moved) only if this process owns it.
+    "made AS (INSERT INTO {s}.sessions AS t (id, parent_id, created_ms, head_seq, head_hash, "
+    "owner, epoch, lease_expires_ms) "
+    "SELECT c.id, c.parent, %(ts)b, coalesce(v.seq, 0), coalesce(v.hash, %(genesis)b), "
+    "%(owner)b, 1, " + NOW_MS + " + %(ttl)b "
+    "FROM unnest(%(made)b::text[], %(parents)b::text[]) WITH ORDINALITY AS c(id, parent, n) "
+    "LEFT JOIN v ON v.id = c.id ORDER BY c.n "
+    "ON CONFLICT (id) DO UPDATE SET parent_id = excluded.parent_id, "
+    "head_seq = coalesce((SELECT v.seq FROM v WHERE v.id = t.id), t.head_seq), "
+    "head_hash = coalesce((SELECT v.hash FROM v WHERE v.id = t.id), t.head_hash) "
+    "WHERE t.owner = excluded.owner RETURNING t.id, t.epoch), "
+    # Sessions first written by an append: created unless they exist (then the fence decides,
+    # as for any session). After `made` (the count reads it to the end first), so creation
+    # order is creates, then these.
+    "auto AS (INSERT INTO {s}.sessions (id, parent_id, created_ms, head_seq, head_hash, owner, "
+    "epoch, lease_expires_ms) "
+    "SELECT a.id, NULL, %(ts)b, coalesce(v.seq, 0), coalesce(v.hash, %(genesis)b), %(owner)b, "
+    "1, " + NOW_MS + " + %(ttl)b "
+    "FROM unnest(%(auto)b::text[]) WITH ORDINALITY AS a(id, n) LEFT JOIN v ON v.id = a.id "
+    "WHERE (SELECT count(*) FROM made) >= 0 ORDER BY a.n "
+    "ON CONFLICT (id) DO NOTHING RETURNING id, epoch), "
+    # The fence: a session is moved only while this process holds it at the epoch it took.
+    # The UPDATE locks the rows it keeps until COMMIT; one a takeover changed meanwhile is
+    # re-read after that takeover commits, and dropped.
+    "fence AS (UPDATE {s}.sessions AS t SET head_seq = coalesce(v.seq, t.head_seq), "
+    "head_hash = coalesce(v.hash, t.head_hash) FROM v "
+    "WHERE t.id = v.id AND t.owner = %(owner)b AND t.epoch = v.epoch "
+    "AND v.id <> ALL(%(made)b::text[]) RETURNING t.id, t.epoch), "
+    "kept AS (SELECT id, epoch FROM fence UNION ALL SELECT id, epoch FROM made "
+    "UNION ALL SELECT id, epoch FROM auto), "
+    "moved AS (INSERT INTO {s}.events (session_id, seq, ts_ms, line, prev_hash, hash) "
+    "SELECT * FROM unnest(%(row_ids)b::text[], %(row_seqs)b::int8[], %(row_ts)b::int8[], "
+    "%(row_lines)b::text[], %(row_prevs)b::bytea[], %(row_hashes)b::bytea[]) "
+    "AS r(session_id, seq, ts_ms, line, prev_hash, hash) "
+    "WHERE r.session_id IN (SELECT id FROM kept)), "
+    "saved AS (INSERT INTO {s}.checkpoints (session_id, seq, state, projection) "
+    "SELECT * FROM unnest(%(cp_ids)b::text[], %(cp_seqs)b::int8[], %(cp_states)b::text[], "
+    "%(cp_projections)b::text[]) AS c(id, seq, state, projection) "
+    "WHERE c.id IN (SELECT id FROM kept) "
+    "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
+    "projection = excluded.projection) "
+    "SELECT id, epoch FROM kept"
+)
+
+
 @attrs.frozen
 class Statements:
     """The SQL of one store schema, composed once."""
 
-    creates: sql.Composed
-    auto_creates: sql.Composed
-    group_rows: sql.SQL
-    copy_rows: sql.SQL
-    fence: sql.Composed
+    group: sql.Composed
     schema: str
 
     @classmethod
     def of(cls, schema: str) -> Statements:
-        s = sql.Identifier(schema)
-        return cls(
-            # ORDER BY n: sessions are numbered (ord) in the order they were created. A new
-            # session is this process's at epoch 1; an existing one is changed only if it is.
-            creates=sql.SQL(
-                "INSERT INTO {s}.sessions AS t (id, parent_id, created_ms, head_seq, head_hash, "
-                "owner, epoch, lease_expires_ms) "
-                "SELECT id, parent, %s, 0, %s, %s, 1, " + NOW_MS + " + %s "
-                "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS v(id, parent, n) "
-                "ORDER BY n ON CONFLICT (id) DO UPDATE SET parent_id = excluded.parent_id "
-                "WHERE t.owner = excluded.owner RETURNING id, epoch"
-            ).format(s=s),
-            auto_creates=sql.SQL(
-                "INSERT INTO {s}.sessions (id, parent_id, created_ms, head_seq, head_hash, "
-                "owner, epoch, lease_expires_ms) "
-                "SELECT id, NULL, %s, 0, %s, %s, 1, " + NOW_MS + " + %s "
-                "FROM unnest(%s::text[]) WITH ORDINALITY AS v(id, n) "
-                "ORDER BY n ON CONFLICT (id) DO NOTHING RETURNING id, epoch"
-            ).format(s=s),
-            group_rows=sql.SQL(
-                "CREATE TEMPORARY TABLE IF NOT EXISTS broker_group_rows (session_id text NOT "
-                "NULL, seq bigint NOT NULL, ts_ms bigint NOT NULL, line text NOT NULL, "
-                "prev_hash bytea NOT NULL, hash bytea NOT NULL) ON COMMIT DELETE ROWS"
-            ),
-            copy_rows=sql.SQL(
-                "COPY pg_temp.broker_group_rows (session_id, seq, ts_ms, line, prev_hash, hash) "
-                "FROM STDIN"
-            ),
-            # The fence: one statement, so a writer paused in it holds no lock past it.
-            fence=sql.SQL(
-                "WITH fence AS ("
-                "UPDATE {s}.sessions AS t SET head_seq = coalesce(v.seq, t.head_seq), "
-                "head_hash = coalesce(v.hash, t.head_hash) "
-                "FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::bytea[]) "
-                "AS v(id, epoch, seq, hash) "
-                "WHERE t.id = v.id AND t.owner = %s AND t.epoch = v.epoch RETURNING t.id"
-                "), moved AS ("
-                "INSERT INTO {s}.events (session_id, seq, ts_ms, line, prev_hash, hash) "
-                "SELECT session_id, seq, ts_ms, line, prev_hash, hash "
-                "FROM pg_temp.broker_group_rows WHERE session_id IN (SELECT id FROM fence)"
-                "), kept AS ("
-                "INSERT INTO {s}.checkpoints (session_id, seq, state, projection) "
-                "SELECT * FROM unnest(%s::text[], %s::int8[], %s::text[], %s::text[]) "
-                "AS c(id, seq, state, projection) WHERE c.id IN (SELECT id FROM fence) "
-                "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, "
-                "state = excluded.state, projection = excluded.projection"
-                ") SELECT id FROM fence"
-            ).format(s=s),
-            schema=schema,
-        )
+        return cls(group=sql.SQL(GROUP_SQL).format(s=sql.Identifier(schema)), schema=schema)
 
     def table(self, name: str) -> sql.Composed:
         return sql.SQL("{s}.{t}").format(s=sql.Identifier(self.schema), t=sql.Identifier(name))
@@ -130,37 +141,47 @@ class Statements:
 class GroupArrays:
     """A plan's columns as arrays, made on the trio thread (the worker only sends them)."""
 
-    creates: tuple[list[str], list[str | None]] | None
-    auto_creates: list[str] | None
+    #: Explicit creates (one per session: the last one's parent wins, as one by one).
+    made: tuple[list[str], list[str | None]]
+    #: Sessions first written by an append, not also created explicitly.
+    auto: list[str]
     #: Every session the group writes (fenced), with its new head (None: unmoved).
     touched: tuple[list[str], list[int | None], list[bytes | None]]
+    #: The rows' columns: session id, seq, ts_ms, line, prev_hash, hash.
+    rows: tuple[list[str], list[int], list[int], list[str], list[bytes], list[bytes]]
     checkpoints: tuple[list[str], list[int], list[str], list[str]]
 
 
 def group_arrays(plan: Plan) -> GroupArrays:
-    """*plan* as column arrays (one create per session: the last one wins, as one by one)."""
-    creates = None
-    if plan.creates:
-        parents = {session_id: parent for session_id, parent, _, _ in plan.creates}
-        creates = (list(parents), list(parents.values()))
-    moved: dict[str, tuple[int | None, bytes | None]] = {
-        session_id: (None, None) for session_id, _, _, _ in (*plan.creates, *plan.auto_creates)
-    }
+    """*plan* as column arrays."""
+    parents = {session_id: parent for session_id, parent, _, _ in plan.creates}
+    auto = [c[0] for c in plan.auto_creates if c[0] not in parents]
+    moved: dict[str, tuple[int | None, bytes | None]] = dict.fromkeys(
+        (*parents, *auto), (None, None)
+    )
     for seq, digest, session_id in plan.heads:
         moved[session_id] = (seq, digest)
     for checkpoint in plan.checkpoints:
         moved.setdefault(checkpoint[0], (None, None))
-    checkpoints = (
-        [c[0] for c in plan.checkpoints],
-        [c[1] for c in plan.checkpoints],
-        [c[2] for c in plan.checkpoints],
-        [c[3] for c in plan.checkpoints],
-    )
+    rows = plan.rows
     return GroupArrays(
-        creates=creates,
-        auto_creates=[c[0] for c in plan.auto_creates] or None,
+        made=(list(parents), list(parents.values())),
+        auto=auto,
         touched=(list(moved), [m[0] for m in moved.values()], [m[1] for m in moved.values()]),
-        checkpoints=checkpoints,
+        rows=(
+            [r[0] for r in rows],
+            [r[1] for r in rows],
+            [r[2] for r in rows],
+            [r[3] for r in rows],
+            [r[4] for r in rows],
+            [r[5] for r in rows],
+        ),
+        checkpoints=(
+            [c[0] for c in plan.checkpoints],
+            [c[1] for c in plan.checkpoints],
+            [c[2] for c in plan.checkpoints],
+            [c[3] for c in plan.checkpoints],
+        ),
     )
 
 
@@ -172,52 +193,76 @@ def write_group(
     genesis: bytes,
     leases: Leases,
 ) -> dict[str, StoreError]:
-    """Write *plan* as ONE transaction, durable (``synchronous_commit = on``) when this
-    returns, except for the sessions this process no longer holds at the epoch *leases*
-    records: those are returned, each with its error, and nothing of theirs is written. Any
-    error rolls it back; a failed rollback closes *conn* and raises :class:`ConnectionLost`."""
+    """Write *plan* as ONE transaction — one statement (:data:`GROUP_SQL`), one round trip —
+    durable (``synchronous_commit = on``) when this returns, except for the sessions this
+    process no longer holds at the epoch *leases* records: those are returned, each with its
+    error, and nothing of theirs is written. Any error rolls it back; a failed rollback closes
+    *conn* and raises :class:`ConnectionLost`."""
     epochs = leases.epochs
-    created: dict[str, int] = {}
+    ids, seqs, hashes = arrays.touched
+    row_ids, row_seqs, row_ts, row_lines, row_prevs, row_hashes = arrays.rows
+    cp_ids, cp_seqs, cp_states, cp_projections = arrays.checkpoints
+    params: dict[str, object] = {
+        "ids": ids,
+        "epochs": [epochs.get(session_id, -1) for session_id in ids],
+        "seqs": seqs,
+        "hashes": hashes,
+        "made": arrays.made[0],
+        "parents": arrays.made[1],
+        "auto": arrays.auto,
+        "ts": plan.ts_ms,
+        "genesis": genesis,
+        "owner": leases.owner,
+        "ttl": leases.ttl_ms,
+        "row_ids": row_ids,
+        "row_seqs": row_seqs,
+        "row_ts": row_ts,
+        "row_lines": row_lines,
+        "row_prevs": row_prevs,
+        "row_hashes": row_hashes,
+        "cp_ids": cp_ids,
+        "cp_seqs": cp_seqs,
+        "cp_states": cp_states,
+        "cp_projections": cp_projections,
+    }
     try:
-        with conn.cursor() as cur:
-            if plan.rows:
-                with cur.copy(statements.copy_rows) as copy:
-                    for row in plan.rows:
-                        copy.write_row(row)
-            ttl = leases.ttl_ms
-            if arrays.creates is not None:
-                cur.execute(
-                    statements.creates, (plan.ts_ms, genesis, leases.owner, ttl, *arrays.creates)
-                )
-                created.update(cur.fetchall())  # type: ignore[arg-type]
-            if arrays.auto_creates is not None:
-                cur.execute(
-                    statements.auto_creates,
-                    (plan.ts_ms, genesis, leases.owner, ttl, arrays.auto_creates),
-                )
-                created.update(cur.fetchall())  # type: ignore[arg-type]
-            ids, seqs, hashes = arrays.touched
-            held = [created.get(i, epochs.get(i, -1)) for i in ids]
-            cur.execute(
-                statements.fence, (ids, held, seqs, hashes, leases.owner, *arrays.checkpoints)
-            )
-            kept = {str(session_id) for (session_id,) in cur.fetchall()}
-        if plan.fault is not None and not plan.fault_landed:
-            raise plan.fault
-        conn.commit()
+        if plan.fault is None:
+            kept = _commit_alone(conn, statements.group, params)
+        else:  # the test seam: the same statement in a transaction of its own
+            kept = conn.execute(statements.group, params).fetchall()
+            if not plan.fault_landed:
+                raise plan.fault
+            conn.commit()
     except BaseException:
         _rollback(conn)
         raise
-    epochs.update(created)
+    held: dict[str, int] = dict(kept)  # type: ignore[arg-type]
+    epochs.update(held)
     fenced: dict[str, StoreError] = {}
-    if len(kept) != len(ids):
+    if len(held) != len(ids):
         for session_id in ids:
-            if session_id not in kept:
+            if session_id not in held:
                 fenced[session_id] = leases.fenced_error(session_id)
                 leases.drop(session_id)
     if plan.fault is not None:
         raise plan.fault  # the test seam: reported as failed, yet committed
     return fenced
+
+
+def _commit_alone(conn: Conn, statement: sql.Composed, params: dict[str, object]) -> list[Row]:
+    """*statement*'s rows, run as a transaction of its own: in autocommit the server commits
+    it when it has run — no ``BEGIN``, no ``COMMIT`` round trip — and answers only after that
+    COMMIT (``synchronous_commit = on`` is the connection's setting). The connection is back
+    out of autocommit after; closed if it was lost on the way (the caller's rollback then
+    raises :class:`ConnectionLost`)."""
+    conn.autocommit = True
+    try:
+        return conn.execute(statement, params).fetchall()
+    finally:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            conn.autocommit = False
+        else:
+            conn.close()
 
 
 def _rollback(conn: Conn) -> None:

@@ -15,7 +15,7 @@ this process no longer holds fails that session's appends with
 
 Every call goes through the store-neutral writer actor (:mod:`broker.store._writer`): the
 appends of all sessions that arrive while a transaction is being written form the next group,
-written as ONE transaction (multi-row inserts, :mod:`._jobs`) by the worker thread that owns the
+written as ONE transaction of one statement (:mod:`._jobs`) by the worker thread that owns the
 psycopg connection (:mod:`._backend`). A ticket resolves only after COMMIT returned with
 ``synchronous_commit = on``: the group is in the server's flushed WAL. The chain, the
 checkpoints and recovery are the same code as SQLite's.
