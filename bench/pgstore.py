@@ -14,7 +14,8 @@ psycopg floor; and resuming a long session against reading its rows raw.
 - **resume**: a session of N events on PostgreSQL; ``open_session(resume=ID)`` in a new broker
   (the claim, the fold check, the log read) against a bare ``SELECT`` of its rows.
 
-Target (issue 22): broker on PostgreSQL ≥ 0.5 × broker on SQLite.
+Target (issue 22): broker on PostgreSQL ≥ 0.5 × broker on SQLite, in every round (each round
+runs the three stores back to back, so its ratio is the one least bent by this VM's drift).
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def main() -> int:
         print(f"bench.pgstore: skipped, no PostgreSQL server at the DSN: {why}")
         return 0
     best = {"postgres": 0.0, "sqlite": 0.0, "memory": 0.0}
+    ratios: list[float] = []
     print(f"durable asks/s through the broker, {args.sessions} sessions x {args.asks} asks:")
     for round_ in range(args.rounds):
         with fresh_database(args.dsn, "bench_pg") as dsn, tempfile.TemporaryDirectory() as tmp:
@@ -152,7 +154,8 @@ def main() -> int:
                 "memory": trio.run(broker_asks, MemoryStore(), args.sessions, args.asks),
             }
         shown = "  ".join(f"{k} {v:,.0f}/s" for k, v in rates.items())
-        print(f"  round {round_ + 1}: {shown}")
+        ratios.append(rates["postgres"] / rates["sqlite"])
+        print(f"  round {round_ + 1}: {shown}  postgres/sqlite {ratios[-1]:.2f}x")
         for key, value in rates.items():
             best[key] = max(best[key], value)
     with fresh_database(args.dsn, "bench_pg") as dsn:
@@ -162,14 +165,18 @@ def main() -> int:
     ratio = best["postgres"] / best["sqlite"]
     print(f"  best: postgres {best['postgres']:,.0f}/s, sqlite {best['sqlite']:,.0f}/s, "
           f"memory {best['memory']:,.0f}/s; raw psycopg COPY {raw:,.0f} asks/s")  # fmt: skip
-    verdict = "met" if ratio >= 0.5 else "NOT met"
-    print(f"  postgres / sqlite through the broker = {ratio:.2f}x (target >= 0.5x: {verdict})")
+    verdict = "met in every round" if min(ratios) >= 0.5 else "NOT met in every round"
+    print(
+        f"  postgres / sqlite through the broker = {ratio:.2f}x best to best, "
+        f"{min(ratios):.2f}-{max(ratios):.2f}x round by round (target >= 0.5x: {verdict})"
+    )
     print(
         f"resume a session of {args.resume_events} events: {resumed * 1000:.1f} ms; its rows "
         f"read raw: {read * 1000:.1f} ms ({resumed / read:.1f}x)"
     )
     print(json.dumps({"best_asks_per_s": best, "raw_copy_asks_per_s": raw, "ratio": ratio,
-                      "resume_ms": resumed * 1000, "raw_read_ms": read * 1000}))  # fmt: skip
+                      "round_ratios": ratios, "resume_ms": resumed * 1000,
+                      "raw_read_ms": read * 1000}))  # fmt: skip
     return 0
 
 
