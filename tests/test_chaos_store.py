@@ -25,9 +25,13 @@ SMALL = ("--asks", "300", "--sessions", "6", "--fault-rate", "0.2")
 
 # A known broker bug this harness found on durable stores (see
 # test_an_abort_while_the_asked_is_being_committed_is_seen): an abort that fires while the
-# question's asked is being committed is not seen, so the question settles only when something
-# else ends it. Until it is fixed, a run may report such a late settlement; nothing else.
-LATE_ABORT = re.compile(r"^ask-\d+ settled \d+ scheduling passes after its abort \(bound 3\)$")
+# question's asked is being committed (or as the asker wakes from the commit, before it
+# listens) is not seen, so the question settles only when something else ends it. Until it is
+# fixed, a run may report such a late settlement; nothing else.
+LATE_ABORT = re.compile(
+    r"^ask-\d+ settled \d+ scheduling passes after its abort \(bound 3\) "
+    r"\(it came within a pass of its asked's commit\)$"
+)
 
 
 def broker(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -80,6 +84,27 @@ def test_the_text_report_names_the_store_and_what_was_verified(tmp_path: pathlib
     lines = done.stdout.splitlines()
     assert f"store: {path} (real clock, delays x0.1)" in lines
     assert any(line.startswith("stored log: 2 sessions, ") for line in lines), lines
+
+
+def test_the_default_run_stays_in_memory_and_its_json_is_unchanged() -> None:
+    done = broker("chaos", "--asks", "50", "--sessions", "2", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert set(report) == {
+        "config",
+        "asked",
+        "outcomes",
+        "raised",
+        "faults",
+        "recovered",
+        "abort_lags",
+        "settled_by_teardown",
+        "violations",
+        "elapsed_s",
+    }
+    text = broker("chaos", "--asks", "50", "--sessions", "2")
+    assert not any(line.startswith(("store:", "stored log:")) for line in text.stdout.splitlines())
+    assert "(bound 1;" in text.stdout or "no question was withdrawn" in text.stdout
 
 
 def test_chaos_on_postgres(postgres_dsn: str) -> None:

@@ -470,6 +470,7 @@ async def _run(
         if settled is None or run.decided_outcome.get(call) is not Outcome.CANCELLED:
             continue  # decided before the abort landed, or its audit append was failed
         bound = ABORT_LAG_BOUND
+        while_put = ""
         put = run.asked_landed.get(call, settled)
         if run.asked_handed.get(call, put) < put:
             # Its asked went to a durable store on its own, and the question is put (the abort
@@ -479,12 +480,15 @@ async def _run(
             # the commit and meet the abort. Never on the in-memory store (handed is durable).
             if put > settled:
                 continue
+            if at <= put + 1:  # before the asker woke from the commit and listened
+                while_put = " (it came within a pass of its asked's commit)"
             at, bound = max(at, put), ABORT_LAG_BOUND + PUT_PASSES
         lag = settled - at
         lags.append(lag)
         if lag > bound:
             run.violations.append(
                 f"{call} settled {lag} scheduling passes after its abort (bound {bound})"
+                + while_put
             )
     report = ChaosReport(
         config=config,
