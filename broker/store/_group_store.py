@@ -29,6 +29,7 @@ from ._requests import (
     LookupRequest,
     ReadRequest,
     ReleaseRequest,
+    RenewRequest,
 )
 
 if TYPE_CHECKING:
@@ -313,5 +314,21 @@ async def running(store: S, name: str) -> AsyncIterator[S]:
 
 
 async def _renew_leases(writer: GroupWriter, scope: trio.CancelScope) -> None:
+    """Renew this process's leases every third of the backend's ``lease_ttl``, until the
+    writer is closed or broken or *scope* is cancelled (its owner cancels it before closing the
+    writer). A renewal that finds a session taken over fences it: its next submission is
+    refused with :class:`~broker.store.SessionFencedError`. A renewal that fails (the server did
+    not answer) is retried at the next tick; the leases expire meanwhile. Cancellation: stops
+    renewing at once; a renewal queued already may still run."""
+    ttl = writer.backend.lease_ttl
     with scope:
-        await writer.renew_leases()
+        if ttl is None:
+            await trio.lowlevel.checkpoint()
+            return
+        while True:
+            await trio.sleep(ttl / 3)
+            try:
+                await writer.call(RenewRequest(session_id=""))
+            except StoreError:
+                if not writer.usable:
+                    return

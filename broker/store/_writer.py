@@ -1,7 +1,9 @@
 """The writer actor of a durable store: one trio task, one thread, one connection, group commit.
 
 Store-neutral: everything below but the SQL and the connection, which a
-:class:`~broker.store._backend.Backend` supplies (SQLite: :mod:`broker.store.sqlite`).
+:class:`~broker.store._backend.Backend` supplies (SQLite: :mod:`broker.store.sqlite`). The actor
+owns the inbox and the loop; staging and writing groups is its :class:`~._pipeline.Pipeline`,
+what each session's next submission must follow its :class:`~._ledger.SubmissionLedger`.
 
 Synopsis (what :func:`broker.store.open_sqlite_store` does)::
 
@@ -46,14 +48,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
-import outcome
 import trio
 
 from .._codec import encode_event
 from .._projection import ApprovalState
-from ._backend import ConnectionLost, LeasesLost
-from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
-from ._plan import Plan
+from ._backend import LeasesLost
+from ._ledger import SubmissionLedger
+from ._pipeline import Pipeline
 from ._protocol import StoreError, StoreHead, StoreOpenError
 from ._recovery import RecoveredSession, RecoveryReport, recovery_events
 from ._requests import (
@@ -67,8 +68,7 @@ from ._requests import (
     Request,
     wall_clock_ms,
 )
-from ._stage import Job, empty_job, out_of_sequence, stage_group
-from ._worker_thread import JobSkipped, WorkerThread
+from ._worker_thread import WorkerThread
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -78,8 +78,6 @@ __all__ = ["GroupWriter"]
 
 # Split a crowd of at least twice this many waiting requests over two transactions.
 _SPLIT_MIN = 64
-# Hand a job over to the worker (WorkerThread.submit) when the last group woke this many callers.
-_HANDOFF_MIN = 8
 # What the actor answers after the writes of its group, not as a write.
 _NOT_WRITES = (
     ReadRequest,
@@ -105,50 +103,45 @@ class GroupWriter:
     inbox_size: int
     clock_ms: Callable[[], int] = wall_clock_ms
     recovery: RecoveryReport = attrs.field(factory=RecoveryReport, init=False)
-    transactions: int = attrs.field(default=0, init=False)
-    failed_transactions: int = attrs.field(default=0, init=False)
     _send: trio.MemorySendChannel[Request] = attrs.field(init=False)
     _receive: trio.MemoryReceiveChannel[Request] = attrs.field(init=False)
     _thread: WorkerThread = attrs.field(init=False)
     # Invariant: the backend's connection is only touched by jobs running on _thread.
     # Invariant: _heads reflects exactly what is committed; only the actor task changes it.
     _heads: dict[str, SessionHead] = attrs.field(factory=dict, init=False)
-    # Each session's chain_prefix, made once (every row's hash starts with it).
-    _prefixes: dict[str, bytes] = attrs.field(factory=dict, init=False)
-    # The group whose transaction is on the thread now (at most one), staged on top of _heads.
-    _in_flight: Job | None = attrs.field(default=None, init=False)
-    # The group staged on top of _in_flight and queued on the thread behind it (chained).
-    _queued: Job | None = attrs.field(default=None, init=False)
-    # The test seam's next fault, and whether the group lands before it is raised.
-    _fault: tuple[Exception, bool] | None = attrs.field(default=None, init=False)
-    # Sessions a failed group touched: its COMMIT raised but may have landed, so their heads are
-    # re-read (_settle) before anything is staged for them again.
-    _unsure: set[str] = attrs.field(factory=set, init=False)
-    # How many requests the last completed group resolved (see _submit).
-    _woken: int = attrs.field(default=0, init=False)
-    _broken: str | None = attrs.field(default=None, init=False)
     _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
     # Submitters waiting for room in the inbox (see congested); woken as the actor takes work.
     _room: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     # Requests sent to the inbox and not yet taken by the actor (cheaper than statistics()).
     _backlog: int = attrs.field(default=0, init=False)
-    # The seq the next submission of a session must follow: what was handed over for it so far
-    # (set at every hand-over of an append). Absent: its committed head. Lets submit refuse an
-    # out-of-sequence submission at once (the ticket comes back failed, nothing queued).
-    _next_seq: dict[str, int] = attrs.field(factory=dict, init=False)
-    # Sessions an append of which failed: what was handed over after it may not land, so their
-    # next seq is unknown (submissions are queued unchecked; staging refuses those that do not
-    # follow the log) until their head is re-read (a HeadRequest answered after the failure).
-    _adrift: set[str] = attrs.field(factory=set, init=False)
-    # Sessions another process took over (a shared store fenced a write of theirs, or found
-    # their lease taken at renewal), with the error every later submission of theirs gets at
-    # once. A claim in this process takes one back.
-    _fenced: dict[str, StoreError] = attrs.field(factory=dict, init=False)
+    # What each session's next submission must follow; its fences (module _ledger).
+    _ledger: SubmissionLedger = attrs.field(init=False)
+    # Staging and writing groups (module _pipeline).
+    _pipeline: Pipeline = attrs.field(init=False)
     _inbox_closed: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[Request](self.inbox_size)
         self._thread = WorkerThread(name=self.backend.thread_name)
+        self._ledger = SubmissionLedger(self._heads, self.backend.location)
+        self._pipeline = Pipeline(
+            self.backend,
+            self._thread,
+            self._heads,
+            self._ledger,
+            self.checkpoint_every,
+            self.clock_ms,
+        )
+
+    @property
+    def transactions(self) -> int:
+        """Transactions committed so far."""
+        return self._pipeline.transactions
+
+    @property
+    def failed_transactions(self) -> int:
+        """Transactions that failed so far."""
+        return self._pipeline.failed_transactions
 
     @property
     def label(self) -> str:
@@ -181,7 +174,7 @@ class GroupWriter:
             raise self.closed_error() from None
         self._backlog += 1
         if isinstance(request, AppendRequest):
-            self._handed_over(request)
+            self._ledger.handed_over(request)
         await request.wait()
 
     def submit_nowait(self, request: AppendRequest) -> None:
@@ -190,14 +183,9 @@ class GroupWriter:
         submission that does not follow what was handed over for its session is refused at
         once: *request* comes back failed and nothing is queued; so is one of a session another
         process took over (:class:`~broker.store.SessionFencedError`)."""
-        if self._fenced:
-            fenced = self._fenced.get(request.session_id)
-            if fenced is not None:
-                request.fail(fenced)
-                return
-        expected = self._expected_seq(request.session_id)
-        if expected is not None and request.seq is not None and request.seq != expected:
-            request.fail(out_of_sequence(self.backend.location, request, expected))
+        refusal = self._ledger.refusal(request)
+        if refusal is not None:
+            request.fail(refusal)
             return
         try:
             self._send.send_nowait(request)
@@ -209,29 +197,10 @@ class GroupWriter:
             ) from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self.closed_error() from None
-        self._handed_over(request)
-
-    def _expected_seq(self, session_id: str) -> int | None:
-        """The seq *session_id*'s next submission must follow; None while it is adrift."""
-        if session_id in self._adrift:
-            return None
-        seq = self._next_seq.get(session_id)
-        if seq is None:
-            head = self._heads.get(session_id)
-            seq = 0 if head is None else head.seq
-        return seq
-
-    def _handed_over(self, request: AppendRequest) -> None:
-        expected = self._expected_seq(request.session_id)
-        if expected is not None:
-            self._next_seq[request.session_id] = expected + len(request.lines)
+        self._ledger.handed_over(request)
 
     def _refuse(self, request: Request, error: StoreError) -> None:
-        """Fail *request*; after a failed append, its session is adrift (see ``_adrift``)."""
-        if isinstance(request, AppendRequest):
-            self._next_seq.pop(request.session_id, None)
-            self._adrift.add(request.session_id)
-        request.fail(error)
+        self._ledger.refuse(request, error)
 
     @property
     def congested(self) -> bool:
@@ -264,7 +233,7 @@ class GroupWriter:
     def inject_commit_failure(self, error: Exception, *, landed: bool = False) -> None:
         """Test seam: the next group raises *error* instead of committing, as a full disk would;
         with *landed*, after committing (see :meth:`SqliteStore.inject_commit_failure`)."""
-        self._fault = (error, landed)
+        self._pipeline.inject_commit_failure(error, landed)
 
     def close_inbox(self) -> None:
         """Accept no more requests; the actor finishes the queued ones, then closes (sync)."""
@@ -306,7 +275,7 @@ class GroupWriter:
         try:
             with trio.CancelScope(shield=True):
                 await self._serve()
-                await self._final_checkpoints()
+                await self._pipeline.write_final_checkpoints()
         finally:
             with trio.CancelScope(shield=True):
                 await self._release()
@@ -319,10 +288,10 @@ class GroupWriter:
         # A group still queued behind the one in flight (only after an error in the actor, whose
         # handler failed its requests) is dropped: the thread skips it unless it already began
         # (then it lands like a COMMIT that raised yet landed; its callers were told it failed).
-        queued = self._queued
+        queued = self._pipeline.queued
         if queued is not None and queued.chained is not None:
             queued.chained.drop()
-        for job in (self._in_flight, queued):
+        for job in (self._pipeline.in_flight, queued):
             if job is not None:
                 await job.done.wait()
         await self._thread.run(self.backend.close)
@@ -342,7 +311,7 @@ class GroupWriter:
         async for first in self._receive:
             available = 1 + self._receive.statistics().current_buffer_used
             limit = min(available, self.inbox_size)
-            if self._in_flight is None and available >= 2 * _SPLIT_MIN:
+            if self._pipeline.in_flight is None and available >= 2 * _SPLIT_MIN:
                 # The thread is idle and a crowd is waiting: commit half now and stage the
                 # other half while that half commits (one more fsync, half the idle time).
                 limit = available // 2
@@ -361,24 +330,20 @@ class GroupWriter:
                 for request in group:
                     self._refuse(request, StoreError(f"{self.label} failed: {exc!r}"))
                 raise
-        await self._settle()
+        await self._pipeline.settle()
 
     async def _process(self, group: Sequence[Request]) -> None:
         writes = [r for r in group if not isinstance(r, _NOT_WRITES)]
         if len(writes) == len(group):
-            await self._write(writes)
+            await self._pipeline.write(writes)
             return
         # Writes first, so a read sees every write queued before it.
         if writes:
-            await self._write(writes)
-        await self._settle()
+            await self._pipeline.write(writes)
+        await self._pipeline.settle()
         for request in group:
             if isinstance(request, HeadRequest):
-                if request.session_id in self._adrift:
-                    # Everything handed over before this request is settled: its owner
-                    # sequences from the head it is about to get.
-                    self._adrift.discard(request.session_id)
-                    self._next_seq.pop(request.session_id, None)
+                self._ledger.head_read(request.session_id)
                 head = self._heads.get(request.session_id)
                 if head is not None:
                     request.head = StoreHead(seq=head.seq, state=head.state)
@@ -396,212 +361,6 @@ class GroupWriter:
                 await self._release_lease(request)
             elif isinstance(request, RenewRequest):
                 await self._renew(request)
-
-    def _broken_error(self) -> StoreError:
-        return StoreError(
-            f"{self.label} is unusable after an earlier error ({self._broken}): "
-            "close it and open it again"
-        )
-
-    # ----------------------------------------------------------------- writing a group
-
-    def _stage(self, writes: Sequence[Request], now: int) -> Job:
-        """Stage *writes* on top of the group in flight, if any (hot path); the writes of a
-        session another process took over are refused with its fence, not staged."""
-        if self._fenced:
-            writes = self._unfenced(writes)
-        return stage_group(
-            writes,
-            now=now,
-            committed=self._heads,
-            in_flight={} if self._in_flight is None else self._in_flight.staged,
-            prefixes=self._prefixes,
-            checkpoint_every=self.checkpoint_every,
-            where=self.backend.where,
-            location=self.backend.location,
-        )
-
-    async def _write(self, writes: Sequence[Request]) -> None:
-        """Stage *writes* (on top of the group in flight, if any) and start their transaction
-        without waiting for it. If a group is in flight, the staged job is queued on the thread
-        behind it (chained), so the thread starts it the moment that one committed, without
-        waiting for the trio thread to come round to it; this returns once that group is done
-        (at most two groups are ever on the thread). If that group failed, the thread skipped
-        this one, which is staged again from what is committed."""
-        if self._broken is not None:
-            for request in writes:
-                self._refuse(request, self._broken_error())
-            await trio.lowlevel.checkpoint()
-            return
-        if self._unsure and self._in_flight is None:
-            await self._settle()  # re-read what a failed group touched before staging on it
-        now = self.clock_ms()
-        base = self._in_flight
-        # Staged while *base* commits: this overlap is the point of the pipeline.
-        job = self._stage(writes, now)
-        if base is None:
-            await trio.lowlevel.checkpoint()
-            self._submit(job)
-            return
-        self._submit(job, chained=True)
-        await base.done.wait()
-        if not base.failed:
-            return
-        if job.chained is None:
-            return  # nothing was queued: staging refused every request
-        # *base* failed, so the thread skips this job: stage it again from what is committed.
-        await job.done.wait()
-        if not job.skipped:
-            return  # written after all (its requests are answered): nothing to stage again
-        await self._settle()
-        # Those staging refused were answered already; only the rest is staged again.
-        self._submit(self._restage([r for r in writes if not r.done], now))
-
-    def _restage(self, writes: Sequence[Request], now: int) -> Job:
-        if self._broken is not None:
-            for request in writes:
-                self._refuse(request, self._broken_error())
-            return empty_job()
-        return self._stage(writes, now)
-
-    def _submit(self, job: Job, *, chained: bool = False) -> None:
-        """Answer the requests staging refused and hand the job to the thread: *chained*, queued
-        behind the group in flight (then it is :attr:`_queued`), else started at once."""
-        for request, error in job.rejected:
-            self._refuse(request, error)
-        if not job.accepted:
-            return
-        fault, self._fault = self._fault, None
-        plan = (
-            job.plan
-            if fault is None
-            else attrs.evolve(job.plan, fault=fault[0], fault_landed=fault[1])
-        )
-        on_done = functools.partial(self._on_written, job)
-        work = functools.partial(self.backend.write, plan, self.backend.prepare(plan))
-        if chained:
-            self._queued = job
-            job.chained = self._thread.submit(work, on_done, chained=True)
-            return
-        self._in_flight = job
-        self._thread.submit(
-            work,
-            on_done,
-            # Only when the last commit woke a crowd of callers: running them would keep the GIL
-            # from the worker. For a few, handing off only adds thread wake-ups.
-            handoff=self._woken >= _HANDOFF_MIN,
-        )
-
-    def _on_written(self, job: Job, result: outcome.Outcome[Mapping[str, StoreError]]) -> None:
-        """The thread finished *job*'s transaction, or skipped it (runs on the trio thread, in
-        the thread's order; must not raise). A group chained behind *job* is in flight now."""
-        self._in_flight, self._queued = self._queued, None
-        if isinstance(result, outcome.Error) and isinstance(result.error, JobSkipped):
-            # Nothing written, nobody answered: the actor stages it again (see _write).
-            job.skipped = True
-            job.done.set()
-            return
-        self._woken = len(job.accepted)
-        if not isinstance(result, outcome.Error):
-            self._heads.update(job.staged)
-            self.transactions += 1
-            job.done.set()
-            fenced = result.unwrap()
-            if fenced:
-                # Nothing of these sessions was written (the rest of the group was).
-                self._fence(fenced)
-                for request in job.accepted:
-                    error = fenced.get(request.session_id)
-                    if error is None:
-                        request.succeed()
-                    else:
-                        self._refuse(request, error)
-                return
-            for request in job.accepted:
-                request.succeed()
-            return
-        job.done.set()
-        self.failed_transactions += 1
-        exc = result.error
-        # The group chained on top of this one is skipped by the thread and staged again, after
-        # the heads this one touched are re-read (a COMMIT that raised may have landed).
-        job.failed = True
-        self._unsure.update(job.staged)
-        if isinstance(exc, ConnectionLost):
-            self._broken = str(exc)
-        lost: Mapping[str, StoreError] = {}
-        if isinstance(exc, LeasesLost):
-            lost = exc.fenced
-            self._fence(lost)
-        io_errors = self.backend.io_errors
-        for request in job.accepted:
-            if request.session_id in lost:
-                error = lost[request.session_id]
-            elif isinstance(exc, io_errors):
-                error = self.backend.write_error(exc)
-                error.__cause__ = exc
-            elif isinstance(exc, StoreError):
-                error = self._broken_error()
-            else:
-                error = StoreError(f"write to {self.backend.where} failed: {exc!r}")
-                error.__cause__ = exc
-            self._refuse(request, error)
-        if not isinstance(exc, (*io_errors, StoreError)):
-            # A bug, not an I/O error: stop accepting work rather than guess.
-            self._broken = f"unexpected {type(exc).__name__}: {exc}"
-
-    def _unfenced(self, writes: Sequence[Request]) -> list[Request]:
-        """*writes* but those of fenced sessions (queued before the fence was known), which are
-        refused with their session's fence."""
-        kept = []
-        for request in writes:
-            fenced = self._fenced.get(request.session_id)
-            if fenced is None:
-                kept.append(request)
-            else:
-                self._refuse(request, fenced)
-        return kept
-
-    def _fence(self, fenced: Mapping[str, StoreError]) -> None:
-        """Another process owns *fenced* now: forget their heads, refuse their writes."""
-        for session_id, error in fenced.items():
-            self._heads.pop(session_id, None)
-            self._fenced[session_id] = error
-
-    async def _settle(self) -> None:
-        """Wait for the transaction in flight (if any); after a failed one, re-read the heads
-        it touched (a COMMIT that raised may still have landed) — once nothing is in flight."""
-        job = self._in_flight
-        if job is not None:
-            await job.done.wait()
-        if self._unsure and self._in_flight is None and self._broken is None:
-            session_ids = sorted(self._unsure)
-            self._unsure.clear()
-            await self._resync(session_ids)
-            return
-        await trio.lowlevel.checkpoint()
-
-    async def _resync(self, session_ids: list[str]) -> None:
-        """After a failed group, re-read the touched heads: a COMMIT that raised may have landed."""
-        try:
-            known = {session_id: self._heads.get(session_id) for session_id in session_ids}
-            fresh = await self._thread.run(functools.partial(self.backend.reread_heads, known))
-        except self.backend.io_errors:
-            # Not read (a server that is away, a store that reconnects): still unsure, re-read
-            # at the next settle; what is staged meanwhile on a stale head fails on its seq.
-            self._unsure.update(session_ids)
-            await trio.lowlevel.checkpoint()
-            return
-        except StoreError as exc:
-            self._broken = f"re-reading the store after a failed write failed: {exc}"
-            await trio.lowlevel.checkpoint()
-            return
-        for session_id in session_ids:
-            head = fresh.get(session_id)
-            if head is None:
-                self._heads.pop(session_id, None)
-            else:
-                self._heads[session_id] = head
 
     # ----------------------------------------------------------------- reading
 
@@ -659,9 +418,7 @@ class GroupWriter:
             request.fail(StoreError(f"{self.backend.where} holds no session {session_id!r}"))
             return
         self._heads[session_id] = head
-        self._fenced.pop(session_id, None)
-        self._next_seq.pop(session_id, None)
-        self._adrift.discard(session_id)
+        self._ledger.claimed(session_id)
         try:
             # A store with one writer recovered every session at open: a pending ask here
             # belongs to a live question of this process, not to a crash tail.
@@ -693,8 +450,8 @@ class GroupWriter:
         try:
             lost = await self._thread.run(self.backend.renew)
         except LeasesLost as exc:
-            self._broken = str(exc)
-            self._fence(exc.fenced)
+            self._pipeline.broken = str(exc)
+            self._ledger.fence(exc.fenced)
             request.fail(exc)
             await trio.lowlevel.checkpoint()
             return
@@ -702,34 +459,18 @@ class GroupWriter:
             request.fail(StoreError(f"renewing leases in {self.backend.where} failed: {exc}"))
             await trio.lowlevel.checkpoint()
             return
-        self._fence(lost)
+        self._ledger.fence(lost)
         request.succeed()
 
-    async def renew_leases(self) -> None:
-        """Renew this process's leases every third of the backend's ``lease_ttl``, until the
-        writer is closed or this task is cancelled (its owner cancels it before closing the
-        writer). A renewal that finds a session taken over fences it: its next submission is
-        refused with :class:`~broker.store.SessionFencedError`. A renewal that fails (the
-        server did not answer) is retried at the next tick; the leases expire meanwhile.
-
-        Cancellation: stops renewing at once; a renewal queued already may still run.
-        """
-        ttl = self.backend.lease_ttl
-        if ttl is None:
-            await trio.lowlevel.checkpoint()
-            return
-        while True:
-            await trio.sleep(ttl / 3)
-            try:
-                await self.call(RenewRequest(session_id=""))
-            except StoreError:
-                if self._broken is not None or self._inbox_closed:
-                    return
+    @property
+    def usable(self) -> bool:
+        """Neither closed nor broken: a failed call may be worth trying again."""
+        return self._pipeline.broken is None and not self._inbox_closed
 
     # ----------------------------------------------------------------- open, recover, close
 
     def _open_job(self) -> None:
-        self._heads = self.backend.open()
+        self._heads.update(self.backend.open())
 
     async def _recover(self) -> None:
         try:
@@ -769,40 +510,8 @@ class GroupWriter:
             )
             entries.append(entry)
         if requests:
-            await self._write(requests)
-            await self._settle()
+            await self._pipeline.write(requests)
+            await self._pipeline.settle()
             for request in requests:
                 await request.wait()
         return tuple(entries)
-
-    async def _final_checkpoints(self) -> None:
-        due = {
-            session_id: head
-            for session_id, head in self._heads.items()
-            if head.seq > head.checkpoint_seq
-        }
-        if not due or not self.checkpoint_every or self._broken is not None:
-            await trio.lowlevel.checkpoint()
-            return
-        plan = Plan(
-            creates=[],
-            auto_creates=[],
-            rows=[],
-            heads=[],
-            checkpoints=[
-                (session_id, head.seq, encode_state(head.state), PROJECTION_FINGERPRINT)
-                for session_id, head in due.items()
-            ],
-            fault=None,
-        )
-        try:
-            await self._thread.run(
-                functools.partial(self.backend.write, plan, self.backend.prepare(plan))
-            )
-        except self._expected:
-            # Checkpoints are a cache of the log; the next open folds a longer tail instead.
-            await trio.lowlevel.checkpoint()
-            return
-        self.transactions += 1
-        for session_id, head in due.items():
-            self._heads[session_id] = attrs.evolve(head, checkpoint_seq=head.seq)
