@@ -51,7 +51,12 @@ class AbortSignal:
         await self._event.wait()
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
-        """Call *listener* once when the signal fires; returns the unsubscribe function."""
+        """Call *listener* once when the signal fires — at once, before returning, if it fired
+        already (a subscriber that came late must not miss it); returns the unsubscribe
+        function."""
+        if self._event.is_set():
+            listener()
+            return _nothing
         key = object()
         self._listeners[key] = listener
 
@@ -59,6 +64,10 @@ class AbortSignal:
             self._listeners.pop(key, None)
 
         return unsubscribe
+
+
+def _nothing() -> None:
+    """The unsubscribe function of a listener that was called at once."""
 
 
 Signal = AbortSignal | trio.Event

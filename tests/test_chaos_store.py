@@ -176,12 +176,6 @@ def test_a_store_that_cannot_be_used_is_one_line_and_status_2(store: str, line: 
     assert done.stderr.startswith(line)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Questions._decide (broker/_questions.py) subscribes to the AbortSignal only once the "
-    "asked is durable and never checks whether it already fired: an abort during the asked's "
-    "commit is lost",
-)
 def test_an_abort_while_the_asked_is_being_committed_is_seen(tmp_path: pathlib.Path) -> None:
     """What ``broker chaos --store`` found: on a durable store the asker waits for its asked's
     commit before it listens to the signal; an abort in that window must still withdraw it."""

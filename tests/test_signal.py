@@ -48,3 +48,17 @@ async def test_is_aborted_accepts_every_signal_kind() -> None:
     signal = AbortSignal()
     signal.abort()
     assert is_aborted(signal)
+
+
+async def test_a_listener_subscribed_after_the_abort_runs_at_once() -> None:
+    """A question subscribes only once its asked is durable; an abort during that commit must
+    not be missed (found by ``broker chaos --store``)."""
+    signal = AbortSignal()
+    signal.abort("gone")
+    calls: list[str] = []
+    unsubscribe = signal.subscribe(lambda: calls.append("late"))
+    assert calls == ["late"]
+    unsubscribe()  # harmless
+    signal.abort("again")
+    assert calls == ["late"]
+    await trio.lowlevel.checkpoint()
