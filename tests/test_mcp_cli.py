@@ -32,8 +32,48 @@ def test_no_server_command_is_a_usage_error() -> None:
     assert done.returncode == 2
     assert done.stderr == (
         "broker mcp-gate: no MCP server to gate: name it after --, e.g. broker mcp-gate -- "
-        "npx -y SERVER\n"
+        "npx -y SERVER, or pass --upstream-url http://HOST:PORT/mcp\n"
     )
+
+
+def test_a_url_and_a_command_are_exclusive() -> None:
+    done = gate("--upstream-url", "http://127.0.0.1:9/mcp", "--", sys.executable, "-V")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "broker mcp-gate: --upstream-url and a server command after -- are exclusive: gate one "
+        "MCP server, by its URL or by its command\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "ftp://host/mcp",
+            "--upstream-url must be an http:// or https:// URL with a host, e.g. "
+            "http://127.0.0.1:8000/mcp, got 'ftp://host/mcp'",
+        ),
+        (
+            "127.0.0.1:8000/mcp",
+            "--upstream-url must be an http:// or https:// URL with a host, e.g. "
+            "http://127.0.0.1:8000/mcp, got '127.0.0.1:8000/mcp'",
+        ),
+        (
+            "http://host:99999/mcp",
+            "--upstream-url 'http://host:99999/mcp' is not a URL (Port out of range 0-65535): "
+            "e.g. http://127.0.0.1:8000/mcp",
+        ),
+        (
+            "http://me:secret@host/mcp",
+            "--upstream-url must not carry credentials (user:password@): the gate sends none, "
+            "e.g. http://127.0.0.1:8000/mcp",
+        ),
+    ],
+)
+def test_a_bad_upstream_url_is_one_line(url: str, message: str) -> None:
+    done = gate("--store", ":memory:", "--upstream-url", url)
+    assert done.returncode == 2
+    assert done.stderr == f"broker mcp-gate: {message}\n"
 
 
 def test_a_server_that_cannot_start_is_named() -> None:

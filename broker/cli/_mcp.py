@@ -1,4 +1,5 @@
-"""``broker mcp-gate``: a transparent MCP proxy on stdio that asks before any tool runs.
+"""``broker mcp-gate``: a transparent MCP proxy on stdio that asks before any tool runs; the
+MCP server is a command it starts (stdio) or a URL (streamable HTTP).
 
 stdout carries only MCP frames; logs go to stderr (the upstream server's stderr too).
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .. import open_broker
-from ..mcp import GateRules, RulesError, serve_mcp_gate
+from ..mcp import GateRules, RulesError, UpstreamUrl, serve_mcp_gate, serve_mcp_gate_url
 from ..store._url import redact_dsn
 from ._errors import EXIT_CHECK_FAILED, CliError
 from ._inbox import port_number, with_inbox
@@ -41,6 +42,8 @@ Who answers, in order: the --rules file (allow/deny tool-name globs); then the c
 examples:
   broker mcp-gate --store log.sqlite -- npx -y @modelcontextprotocol/server-filesystem ~/notes
   broker mcp-gate --rules gate.toml --store log.sqlite -- python my_server.py
+  broker mcp-gate --upstream-url http://127.0.0.1:8000/mcp
+                                     a server already running, over streamable HTTP
       gate.toml:  allow = ["read_*", "list_*"]   deny = ["delete_*"]
   broker pending log.sqlite          (another terminal) the calls waiting for an answer
   broker answer log.sqlite ID allow  run that one call once
@@ -93,13 +96,19 @@ def register(sub: _Sub) -> None:
         "goes to stderr",
     )
     parser.add_argument(
+        "--upstream-url",
+        metavar="URL",
+        help="gate the MCP server at this http:// or https:// URL (streamable HTTP) instead of "
+        "starting SERVER_CMD",
+    )
+    parser.add_argument(
         "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
     parser.add_argument(
         "server",
         nargs=argparse.REMAINDER,
         metavar="-- SERVER_CMD ARGS",
-        help="the MCP server to start and gate, after --",
+        help="the MCP server to start and gate, after -- (or --upstream-url)",
     )
     parser.set_defaults(func=run)
 
@@ -110,10 +119,24 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.server)
     if command and command[0] == "--":
         command = command[1:]
-    if not command:
+    url: str | None = args.upstream_url
+    if url is not None and command:
         raise CliError(
-            "no MCP server to gate: name it after --, e.g. broker mcp-gate -- npx -y SERVER"
+            "--upstream-url and a server command after -- are exclusive: gate one MCP server, "
+            "by its URL or by its command"
         )
+    if url is None and not command:
+        raise CliError(
+            "no MCP server to gate: name it after --, e.g. broker mcp-gate -- npx -y SERVER, "
+            "or pass --upstream-url http://HOST:PORT/mcp"
+        )
+    server: list[str] | str = command
+    if url is not None:
+        try:
+            UpstreamUrl.parse(url)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        server = url
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )
@@ -134,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         run_until_signalled,
         "mcp-gate",
         _serve,
-        command,
+        server,
         store,
         rules,
         remote,
@@ -151,7 +174,7 @@ def _default_store() -> pathlib.Path:
 
 
 async def _serve(
-    command: list[str],
+    server: list[str] | str,
     store: str | None,
     rules: GateRules,
     remote: bool,
@@ -165,9 +188,21 @@ async def _serve(
     async with open_broker(store=store) as broker:
 
         async def gate() -> None:
+            if isinstance(server, str):
+                await serve_mcp_gate_url(
+                    broker,
+                    server,
+                    client_in=client_in,
+                    client_out=client_out,
+                    rules=rules,
+                    remote_answers=remote,
+                    deadline=deadline,
+                    server_deadline=server_deadline,
+                )
+                return
             status = await serve_mcp_gate(
                 broker,
-                command,
+                server,
                 client_in=client_in,
                 client_out=client_out,
                 rules=rules,
@@ -181,14 +216,14 @@ async def _serve(
             await (gate() if inbox is None else with_inbox(broker, inbox, gate))
         except (FileNotFoundError, PermissionError) as exc:
             raise CliError(
-                f"cannot start the MCP server {command[0]!r}: {exc.strerror}: check SERVER_CMD "
+                f"cannot start the MCP server {server[0]!r}: {exc.strerror}: check SERVER_CMD "
                 "(the command after --)"
             ) from None
     if exited and exited[0] is not None and exited[0] > 0:
         # A server that failed on its own (not stopped by the gate's SIGTERM/SIGKILL, which
         # show as negative statuses): say so, for the host's log.
         raise CliError(
-            f"the MCP server {command[0]!r} exited with status {exited[0]}: see its messages "
+            f"the MCP server {server[0]!r} exited with status {exited[0]}: see its messages "
             "above, and check SERVER_CMD",
             status=EXIT_CHECK_FAILED,
         )

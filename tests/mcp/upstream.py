@@ -4,6 +4,11 @@ crashes. Every call that reaches a tool is appended to the record file (argv[1])
 line: the tool's name and its arguments as the server decoded them.
 
     python -m tests.mcp.upstream RECORD_FILE
+    python -m tests.mcp.upstream RECORD_FILE --http [--json]
+
+With ``--http`` it serves MCP's streamable HTTP on ``127.0.0.1`` at a free port instead, at
+``/mcp``, and writes ``port N`` as its first line on stdout once it listens; ``--json``
+answers requests with JSON bodies instead of event streams.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import socket
 import sys
 
 import anyio
@@ -62,6 +68,23 @@ def crash_now() -> str:
     os._exit(3)
 
 
+async def serve_http(json_response: bool) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(json_response=json_response, host="127.0.0.1")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    http = uvicorn.Server(config)
+    sys.stdout.write(f"port {listener.getsockname()[1]}\n")
+    sys.stdout.flush()
+    await http.serve(sockets=[listener])
+
+
 if __name__ == "__main__":
     RECORD.touch()
-    server.run("stdio")
+    if "--http" in sys.argv[2:]:
+        anyio.run(serve_http, "--json" in sys.argv[2:])
+    else:
+        server.run("stdio")

@@ -1,0 +1,342 @@
+"""The MCP gate's upstream over MCP's streamable-HTTP transport, as the two byte streams the
+relay reads and writes (one JSON-RPC message per line, as on stdio).
+
+Synopsis::
+
+    async with open_streamable_upstream(UpstreamUrl.parse(url)) as upstream:
+        await relay(broker, client_in=..., client_out=...,
+                    upstream_in=upstream.receive_stream, upstream_out=upstream.send_stream)
+
+Each line the relay sends becomes one POST of that JSON-RPC message (``Accept:
+application/json, text/event-stream``). A request's POST runs in a task of its own: its
+response — a JSON body, or an event stream carrying the server's own requests and
+notifications for that request and then its response — comes back as lines the relay reads.
+Notifications and responses are POSTed in order, the writer waiting for each ``202``. The
+``Mcp-Session-Id`` the server gives the ``initialize`` response, and the protocol version that
+response names (``MCP-Protocol-Version``), go with every later POST; the session is ended with
+a ``DELETE`` when the gate stops.
+
+The server is untrusted: its messages are bounded by *max_message_bytes* (the request that
+carried an over-long one gets an error), its session id must be visible ASCII, and a request it
+fails — it cannot be reached, breaks the connection, answers an HTTP error or ends its stream
+without answering — gets the client a JSON-RPC error at once, never a hang. Requests in flight
+are bounded (:data:`MAX_STREAMS`; one more gets an error); a request the relay gives up on
+(``notifications/cancelled``) has its POST closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import attrs
+import trio
+
+from .._display import printable
+from ._frames import SERVER_ERROR, FrameError, error_response, id_key, parse_frame, valid_id
+from ._http import HttpError, Response, UpstreamUrl, exchange
+from ._sse import SseParser, TooLong
+
+__all__ = ["MAX_STREAMS", "StreamableUpstream", "open_streamable_upstream"]
+
+log = logging.getLogger("broker.mcp")
+
+#: Requests whose POST is in flight at once; one more is answered with an error at once.
+MAX_STREAMS: Final = 128
+#: Seconds the server gets to accept a notification or a response (its ``202``).
+NOTIFY_DEADLINE: Final = 10.0
+#: Seconds the closing ``DELETE`` of the session may take.
+CLOSE_DEADLINE: Final = 2.0
+#: Lines read from the server waiting for the relay (backpressure on the POSTs beyond).
+_INBOX: Final = 64
+_SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
+_VERSION = re.compile(r"[0-9A-Za-z._-]{1,32}")
+_ACCEPT: Final = (b"accept", b"application/json, text/event-stream")
+_JSON: Final = (b"content-type", b"application/json")
+
+
+class _Failed(Exception):
+    """A request the server failed; the text is what the client is told."""
+
+
+@attrs.define(eq=False)
+class StreamableUpstream:
+    """One connection's upstream over streamable HTTP; its POSTs run in *nursery*."""
+
+    url: UpstreamUrl
+    nursery: trio.Nursery
+    max_message_bytes: int
+    session_id: bytes | None = attrs.field(init=False, default=None)
+    protocol_version: bytes | None = attrs.field(init=False, default=None)
+    #: id key -> the cancel scope of that request's POST, while it is in flight.
+    posts: dict[str, trio.CancelScope] = attrs.field(init=False, factory=dict)
+    closed: bool = attrs.field(init=False, default=False)
+    _lines: trio.MemorySendChannel[bytes] = attrs.field(init=False)
+    _inbox: trio.MemoryReceiveChannel[bytes] = attrs.field(init=False)
+    receive_stream: _Lines = attrs.field(init=False)
+    send_stream: _Posts = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._lines, self._inbox = trio.open_memory_channel[bytes](_INBOX)
+        self.receive_stream = _Lines(self._inbox)
+        self.send_stream = _Posts(self)
+
+    def _headers(self) -> list[tuple[bytes, bytes]]:
+        headers = [_ACCEPT, _JSON]
+        if self.session_id is not None:
+            headers.append((b"mcp-session-id", self.session_id))
+        if self.protocol_version is not None:
+            headers.append((b"mcp-protocol-version", self.protocol_version))
+        return headers
+
+    async def send(self, line: bytes) -> None:
+        """POST the message *line* (module doc): a request in a task of its own, anything
+        else in order, waiting for the server to accept it.
+
+        Cancellation: the message may or may not have reached the server.
+        """
+        try:
+            message = parse_frame(line)
+        except FrameError:
+            message = None
+        if not isinstance(message, dict) or self.closed:
+            log.warning("did not send a line to the MCP server: %s", "closed" if message else "bad")
+            await trio.lowlevel.checkpoint()
+            return
+        body = line.rstrip(b"\n")
+        method = message.get("method")
+        request_id = message.get("id")
+        if isinstance(method, str) and valid_id(request_id):
+            await self._start_request(request_id, method, body)
+            return
+        if method == "notifications/cancelled":
+            params = message.get("params")
+            cancelled = params.get("requestId") if isinstance(params, dict) else None
+            scope = self.posts.get(id_key(cancelled)) if valid_id(cancelled) else None
+            if scope is not None:
+                scope.cancel()  # nobody waits for its response any more
+        await self._post_one(body)
+
+    async def _start_request(self, request_id: object, method: str, body: bytes) -> None:
+        key = id_key(request_id)
+        why = None
+        if key in self.posts:
+            why = f"id {key} is still in flight to the MCP server: use a new id"
+        elif len(self.posts) >= MAX_STREAMS:
+            why = f"more than {MAX_STREAMS} requests are in flight to the MCP server: wait"
+        if why is not None:
+            await self._lines.send(error_response(request_id, SERVER_ERROR, why))
+            return
+        scope = trio.CancelScope()
+        self.posts[key] = scope
+        self.nursery.start_soon(self._request, scope, key, request_id, method, body)
+        await trio.lowlevel.checkpoint()
+
+    async def _request(
+        self, scope: trio.CancelScope, key: str, request_id: object, method: str, body: bytes
+    ) -> None:
+        try:
+            with scope:
+                try:
+                    await self._exchange(key, method, body)
+                except _Failed as exc:
+                    log.warning("request %s to the MCP server failed: %s", key, exc)
+                    await self._lines.send(error_response(request_id, SERVER_ERROR, str(exc)))
+        except trio.ClosedResourceError:
+            log.info("request %s ended after the gate stopped reading the server", key)
+            await trio.lowlevel.checkpoint()
+        finally:
+            del self.posts[key]
+
+    async def _exchange(self, key: str, method: str, body: bytes) -> None:
+        where = f"the MCP server at {self.url.text}"
+        try:
+            async with exchange(self.url, b"POST", body, self._headers()) as response:
+                if response.status != 200:
+                    raise _Failed(_status_text(where, response.status, self.session_id))
+                if method == "initialize":
+                    self._take_session(response.header(b"mcp-session-id"))
+                kind = (response.header(b"content-type") or b"").split(b";")[0].strip().lower()
+                if kind == b"text/event-stream":
+                    answered = await self._events(key, method, response)
+                elif kind == b"application/json":
+                    answered = await self._json(key, method, response)
+                else:
+                    raise _Failed(
+                        f"{where} answered with content type {printable(kind.decode('latin-1'))!r},"
+                        " not application/json or text/event-stream"
+                    )
+        except HttpError as exc:
+            raise _Failed(f"{where} failed the request: {exc}") from None
+        except TooLong as exc:
+            raise _Failed(f"{where} sent a message the gate dropped: {exc}") from None
+        if not answered:
+            raise _Failed(f"{where} ended its response without answering the request")
+
+    async def _json(self, key: str, method: str, response: Response) -> bool:
+        body = bytearray()
+        while (chunk := await response.next_chunk()) is not None:
+            body += chunk
+            if len(body) > self.max_message_bytes:
+                raise TooLong(f"a response longer than {self.max_message_bytes} bytes")
+        return await self._deliver(key, method, bytes(body))
+
+    async def _events(self, key: str, method: str, response: Response) -> bool:
+        parser = SseParser(limit=self.max_message_bytes)
+        while (chunk := await response.next_chunk()) is not None:
+            for data in parser.feed(chunk):
+                if await self._deliver(key, method, data):
+                    return True  # its response: the stream has nothing more for anyone
+        return False
+
+    async def _deliver(self, key: str, method: str, data: bytes) -> bool:
+        """Hand one message of the server's to the relay; whether it answers request *key*."""
+        # A raw newline in JSON text is only whitespace between tokens: one message, one line.
+        line = data.replace(b"\r", b" ").replace(b"\n", b" ").strip()
+        if not line:
+            await trio.lowlevel.checkpoint()
+            return False
+        answers = False
+        try:
+            message = parse_frame(line)
+        except FrameError:
+            message = None  # the relay refuses it, and tells the server
+        if isinstance(message, dict) and "method" not in message and valid_id(message.get("id")):
+            answers = id_key(message["id"]) == key
+            if answers and method == "initialize":
+                self._take_version(message.get("result"))
+        await self._lines.send(line + b"\n")
+        return answers
+
+    def _take_session(self, value: bytes | None) -> None:
+        if value is None or self.session_id is not None:
+            return
+        if _SESSION_ID.fullmatch(value.decode("latin-1")) is None:
+            log.warning("ignored the MCP server's session id: not 1-256 visible ASCII characters")
+            return
+        self.session_id = value
+
+    def _take_version(self, result: Any) -> None:
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        if isinstance(version, str) and _VERSION.fullmatch(version):
+            self.protocol_version = version.encode("ascii")
+
+    async def _post_one(self, body: bytes) -> None:
+        """POST a notification or a response and wait (bounded) for the server to take it;
+        a failure is logged (nobody waits for an answer to it)."""
+        with trio.move_on_after(NOTIFY_DEADLINE) as bound:
+            status = await self._status_of(b"POST", body)
+            if status is not None and status not in (200, 202):
+                log.warning("%s", _status_text("the MCP server", status, self.session_id))
+        if bound.cancelled_caught:
+            log.warning("the MCP server did not take a message within %g s", NOTIFY_DEADLINE)
+
+    async def close(self) -> None:
+        """Stop: close every POST in flight, end the relay's reading, and end the session
+        with a ``DELETE`` (bounded by :data:`CLOSE_DEADLINE`; a server that refuses it is
+        only logged).
+
+        Cancellation: the ``DELETE`` is shielded within its bound.
+        """
+        if self.closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self.closed = True
+        for scope in self.posts.values():
+            scope.cancel()
+        self._lines.close()
+        if self.session_id is None:
+            await trio.lowlevel.checkpoint()
+            return
+        with trio.move_on_after(CLOSE_DEADLINE, shield=True):
+            status = await self._status_of(b"DELETE", b"")
+            log.info("the MCP server answered HTTP %s to ending the session", status)
+
+    async def _status_of(self, method: bytes, body: bytes) -> int | None:
+        """Send one request whose response has nothing for the client: its status, or
+        ``None`` (logged) when the exchange failed.
+
+        Cancellation: the connection is closed; ``Cancelled`` propagates.
+        """
+        try:
+            async with exchange(self.url, method, body, self._headers()) as response:
+                return response.status
+        except HttpError as exc:
+            log.warning("could not send a message to the MCP server: %s", exc)
+            await trio.lowlevel.checkpoint()
+            return None
+
+
+def _status_text(where: str, status: int, session: bytes | None) -> str:
+    if status == 404 and session is not None:
+        return (
+            f"{where} no longer knows this session (HTTP 404): restart the gate, and the "
+            "client's connection with it"
+        )
+    return f"{where} answered HTTP {status}: see its log"
+
+
+@attrs.define(eq=False)
+class _Lines(trio.abc.ReceiveStream):
+    """The relay's upstream_in: the server's messages, one line each."""
+
+    _inbox: trio.MemoryReceiveChannel[bytes]
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        """The next line (whole: the relay bounds lines itself); ``b""`` once closed.
+
+        Cancellation: nothing is taken.
+        """
+        try:
+            return await self._inbox.receive()
+        except trio.EndOfChannel:
+            await trio.lowlevel.checkpoint()
+            return b""
+
+    async def aclose(self) -> None:
+        """Stop reading. Cancellation: closes all the same."""
+        await self._inbox.aclose()
+
+
+@attrs.define(eq=False)
+class _Posts(trio.abc.SendStream):
+    """The relay's upstream_out: every line it writes is POSTed (one line per call)."""
+
+    _upstream: StreamableUpstream
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """POST the message *data* (:meth:`StreamableUpstream.send`).
+
+        Cancellation: the message may or may not have reached the server.
+        """
+        await self._upstream.send(bytes(data))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        """Always ready. Cancellation: nothing happens."""
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        """The relay is done: :meth:`StreamableUpstream.close`."""
+        await self._upstream.close()
+
+
+@asynccontextmanager
+async def open_streamable_upstream(
+    url: UpstreamUrl, *, max_message_bytes: int
+) -> AsyncIterator[StreamableUpstream]:
+    """The upstream at *url*, its POSTs in a nursery of this context; on exit it is closed
+    (:meth:`StreamableUpstream.close`) and every POST still in flight is cancelled.
+
+    Cancellation: as on exit; ``Cancelled`` propagates.
+    """
+    async with trio.open_nursery() as nursery:
+        upstream = StreamableUpstream(url=url, nursery=nursery, max_message_bytes=max_message_bytes)
+        try:
+            yield upstream
+        finally:
+            with trio.move_on_after(CLOSE_DEADLINE, shield=True):
+                await upstream.close()
+            nursery.cancel_scope.cancel()

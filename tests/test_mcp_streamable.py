@@ -1,0 +1,259 @@
+"""The MCP gate's streamable-HTTP upstream (``broker/mcp/_streamable.py``) against an HTTP
+server the test scripts byte by byte (h11 on trio, in this process): what each POST carries,
+and that whatever the untrusted server does wrong becomes a JSON-RPC error for that request,
+at once, with nothing of it passed on. The SSE parser is checked on its own first."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import h11
+import pytest
+import trio
+import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker import MemoryStore, open_broker
+from broker.mcp import UpstreamUrl, relay
+from broker.mcp._sse import SseParser, TooLong
+from broker.mcp._streamable import open_streamable_upstream
+
+from .test_mcp_gate import Peer
+
+WAIT = 10
+STREAM = b"\r\n".join(
+    [
+        b": a comment",
+        b"event: message",
+        b"id: 1",
+        b'data: {"a":',
+        b"data: 1}",
+        b"",
+        b"event: other",
+        b"data: skipped",
+        b"",
+        b"retry: 10",
+        b"data:x",
+        b"",
+        b"data: ",
+        b"",
+        b"",
+    ]
+)
+
+
+def test_sse_events_are_the_data_of_message_events() -> None:
+    assert SseParser(limit=1024).feed(STREAM) == [b'{"a":\n1}', b"x", b""]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=8), st.booleans())
+def test_sse_events_do_not_depend_on_how_the_stream_is_cut(cuts: list[int], lf: bool) -> None:
+    stream = STREAM.replace(b"\r\n", b"\n" if lf else b"\r")
+    events: list[bytes] = []
+    parser = SseParser(limit=1024)
+    edges = [0, *sorted(cuts), len(stream)]
+    for start, end in itertools.pairwise(edges):
+        events += parser.feed(stream[start:end])
+    assert events == [b'{"a":\n1}', b"x", b""]
+
+
+@pytest.mark.parametrize("stream", [b"data: " + b"x" * 100, b"data: " + b"x" * 50 + b"\n" * 2])
+def test_an_sse_event_over_the_limit_is_refused(stream: bytes) -> None:
+    with pytest.raises(TooLong, match="longer than 40 bytes"):
+        SseParser(limit=40).feed(stream)
+
+
+@attrs.define
+class Seen:
+    method: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+
+
+Reply = Callable[[Seen], bytes]
+
+
+def http(status: int, body: bytes, kind: str, *extra: str) -> bytes:
+    head = [f"HTTP/1.1 {status} X", f"content-type: {kind}", f"content-length: {len(body)}"]
+    return ("\r\n".join([*head, *extra, "connection: close", "", ""])).encode() + body
+
+
+def sse(*messages: dict[str, Any]) -> bytes:
+    body = b"".join(b"data: " + json.dumps(m).encode() + b"\n\n" for m in messages)
+    return http(200, body, "text/event-stream")
+
+
+def ok(message: dict[str, Any], *extra: str) -> bytes:
+    return http(200, json.dumps(message).encode(), "application/json", *extra)
+
+
+ACCEPTED = http(202, b"", "application/json")
+
+
+@asynccontextmanager
+async def scripted_server(reply: Reply) -> AsyncIterator[tuple[str, list[Seen]]]:
+    """An HTTP/1.1 server on a free port answering each request with ``reply(seen)``."""
+    seen: list[Seen] = []
+
+    async def handle(stream: trio.SocketStream) -> None:
+        connection = h11.Connection(h11.SERVER)
+        request: h11.Request | None = None
+        body = b""
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                connection.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            else:
+                break
+        if request is None:
+            return  # the gate connected and left (closing): nothing was asked
+        headers = {k.decode(): v.decode() for k, v in request.headers}
+        entry = Seen(request.method.decode(), headers, json.loads(body) if body else None)
+        seen.append(entry)
+        with contextlib.suppress(trio.BrokenResourceError):
+            # The gate may hang up first: on a message over its limit, it stops reading.
+            await stream.send_all(reply(entry))
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1")
+        (listener,) = await nursery.start(serve)
+        port = listener.socket.getsockname()[1]
+        yield f"http://127.0.0.1:{port}/mcp", seen
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def gated(url: str, *, limit: int = 4096) -> AsyncIterator[Peer]:
+    """The relay with the upstream at *url*; yields the client's side."""
+    client_send, client_in = trio.testing.memory_stream_one_way_pair()
+    client_out, client_recv = trio.testing.memory_stream_one_way_pair()
+    async with open_broker(store=MemoryStore()) as broker, trio.open_nursery() as nursery:
+        upstream_cm = open_streamable_upstream(UpstreamUrl.parse(url), max_message_bytes=limit)
+        async with upstream_cm as upstream:
+            nursery.start_soon(
+                lambda: relay(
+                    broker,
+                    client_in=client_in,
+                    client_out=client_out,
+                    upstream_in=upstream.receive_stream,
+                    upstream_out=upstream.send_stream,
+                    max_line_bytes=limit,
+                )
+            )
+            with trio.fail_after(WAIT):
+                yield Peer(client_send, client_recv)
+                await client_send.aclose()
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
+INITIALIZED = {"jsonrpc": "2.0", "result": {"protocolVersion": "2025-06-18"}, "id": 1}
+LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+async def test_each_message_is_one_post_and_the_session_goes_with_the_rest() -> None:
+    progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
+    listed = {"jsonrpc": "2.0", "id": 2, "result": {"tools": []}}
+
+    def reply(seen: Seen) -> bytes:
+        method = seen.body["method"] if seen.body and "method" in seen.body else None
+        if method == "initialize":
+            return ok(INITIALIZED, "mcp-session-id: s-1")
+        if method == "tools/list":
+            return sse(progress, listed)
+        return ACCEPTED
+
+    async with scripted_server(reply) as (url, seen), gated(url) as client:
+        await client.write(INIT)
+        assert await client.message() == INITIALIZED
+        await client.write({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await client.write(LIST)
+        assert await client.message() == progress
+        assert await client.message() == listed
+    init, note, listing, *end = seen
+    assert [s.method for s in seen] == ["POST", "POST", "POST", "DELETE"]
+    assert init.body == INIT
+    assert init.headers["accept"] == "application/json, text/event-stream"
+    assert init.headers["content-type"] == "application/json"
+    assert "mcp-session-id" not in init.headers
+    for later in (note, listing, *end):
+        assert later.headers["mcp-session-id"] == "s-1"
+        assert later.headers["mcp-protocol-version"] == "2025-06-18"
+    assert listing.body == LIST
+
+
+@pytest.mark.parametrize(
+    ("response", "said"),
+    [
+        (http(500, b"oops", "text/plain"), "answered HTTP 500: see its log"),
+        (http(302, b"", "text/plain", "location: http://elsewhere/"), "answered HTTP 302"),
+        (http(200, b"<html>", "text/html"), "answered with content type 'text/html'"),
+        (sse(), "ended its response without answering the request"),
+        # A forged answer (to an id nobody asked) is dropped; the request is still unanswered.
+        (sse({"jsonrpc": "2.0", "id": 99, "result": {}}), "ended its response without answering"),
+        (ok({"jsonrpc": "2.0", "id": 2, "result": {"x": "y" * 5000}}), "dropped: a response"),
+        (sse({"jsonrpc": "2.0", "id": 2, "result": {"x": "y" * 5000}}), "dropped: an event"),
+        # Its body ends where the connection does: complete, but no answer in it.
+        (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: {", "ended its"),
+        (http(200, b"{}", "application/json").replace(b"length: 2", b"length: 9"), "mid-resp"),
+        (b"nonsense\r\n\r\n", "failed the request: not HTTP/1.1"),
+    ],
+)
+async def test_a_request_the_server_fails_gets_an_error_at_once(response: bytes, said: str) -> None:
+    def reply(seen: Seen) -> bytes:
+        return response if seen.body and seen.body.get("id") == 2 else ACCEPTED
+
+    async with scripted_server(reply) as (url, _), gated(url) as client:
+        await client.write(LIST)
+        answer = await client.message()
+    assert answer["id"] == 2
+    assert answer["error"]["code"] == -32000
+    assert answer["error"]["message"].startswith(f"the MCP server at {url} ")
+    assert said in answer["error"]["message"]
+
+
+async def test_a_server_that_cannot_be_reached_is_an_error_per_request() -> None:
+    async with scripted_server(lambda seen: ACCEPTED) as (url, _):
+        pass  # closed: nothing listens on its port any more
+    async with gated(url) as client:
+        await client.write(LIST)
+        answer = await client.message()
+        await client.write({**LIST, "id": 3})
+        again = await client.message()
+    assert "cannot connect" in answer["error"]["message"]
+    assert again["id"] == 3
+
+
+async def test_a_session_id_that_is_not_visible_ascii_is_not_sent_back() -> None:
+    def reply(seen: Seen) -> bytes:
+        if seen.body and seen.body.get("method") == "initialize":
+            return ok(INITIALIZED, "mcp-session-id: a b")
+        return ok({"jsonrpc": "2.0", "id": 2, "result": {"tools": []}})
+
+    async with scripted_server(reply) as (url, seen), gated(url) as client:
+        await client.write(INIT)
+        await client.message()
+        await client.write(LIST)
+        await client.message()
+    assert all("mcp-session-id" not in s.headers for s in seen)
+
+
+async def test_a_tools_call_nobody_allowed_is_never_posted() -> None:
+    call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "write"}}
+    async with scripted_server(lambda seen: ACCEPTED) as (url, seen), gated(url) as client:
+        await client.write(call)
+        answer = await client.message()
+    assert answer["result"]["isError"] is True
+    assert seen == []
