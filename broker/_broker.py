@@ -20,10 +20,10 @@ from ._bounded_waits import BoundedWaits
 from ._collapse import collapse_single
 from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from ._errors import BrokerClosedError, ResumeError
-from ._projection import fold_all
 from ._questions import Decision
 from ._remote import RemoteAnswerer
 from ._request import ApprovalRequest
+from ._resume import check_resume_id, take_for_resume
 from ._session import Session
 from ._texts import DELEGATION_STATEMENT, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
@@ -37,7 +37,6 @@ from .store._board import (
 from .store._memory import MemoryStore
 from .store._memory_board import MemoryBoard
 from .store._open import open_store
-from .store._protocol import SessionOwnedError, StoreError
 from .store._url import parse_store_url
 
 if TYPE_CHECKING:
@@ -108,11 +107,12 @@ class Broker:
     _board: AnswerBoard | None = attrs.field(default=None, init=False)
     # Ids being resumed (between the open check and registration).
     _resuming: set[str] = attrs.field(factory=set, init=False)
-    # The bounded shielded waits of every session; its timer runs in the root nursery.
-    _waits: BoundedWaits = attrs.field(init=False)
+    #: Host interface: the bounded shielded waits (``settle_grace``) of every session; its
+    #: timer runs in the root nursery. An attribute: read on every durable decision.
+    shielded_waits: BoundedWaits = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._waits = BoundedWaits(grace=self.settle_grace)
+        self.shielded_waits = BoundedWaits(grace=self.settle_grace)
 
     def __repr__(self) -> str:
         return f"<Broker policy={self.policy} sessions={len(self._sessions)}>"
@@ -189,12 +189,8 @@ class Broker:
             )
         return session
 
-    async def _resume(self, session_id: object) -> Session:
-        if not isinstance(session_id, str) or not session_id:
-            raise TypeError(
-                f"resume must be a session id string, got {session_id!r}: pass the id of a "
-                "session this broker's store holds"
-            )
+    async def _resume(self, resume: object) -> Session:
+        session_id = check_resume_id(resume)
         where = _describe_store(self.store)
         if session_id in self._sessions or session_id in self._resuming:
             raise ResumeError(
@@ -210,36 +206,7 @@ class Broker:
             self._resuming.discard(session_id)
 
     async def _resume_reserved(self, session_id: str, where: str) -> Session:
-        record = await self.store.lookup(session_id)
-        if record is None:
-            raise ResumeError(
-                f"session {session_id!r} is not in {where}: pass the id of a session it holds "
-                "(broker log show STORE lists them)"
-            )
-        try:
-            head = await self.store.claim(session_id)
-        except SessionOwnedError:
-            raise  # names the owner and when its lease expires
-        except StoreError as exc:
-            raise ResumeError(f"cannot resume session {session_id!r} from {where}: {exc}") from exc
-        state = head.state
-        if state.turn_open or state.pending:
-            raise ResumeError(
-                f"session {session_id!r} in {where} has an open turn or undecided questions: it "
-                "was not closed cleanly and has not been recovered; reopen the store (recovery "
-                "runs at open) and resume it then"
-            )
-        # The events are authoritative; a checkpoint is a cache. Refold them once per resume,
-        # so a checkpoint whose content was altered (the count still fitting) is not trusted.
-        folded = fold_all(await self.store.read(session_id))
-        if folded != state:
-            log.warning(
-                "session %r in %s: its checkpointed projection disagrees with its events; "
-                "resuming from the events",
-                session_id,
-                where,
-            )
-            state = folded
+        record, state = await take_for_resume(self.store, session_id, where)
         live_parent = self._sessions.get(record.parent_id) if record.parent_id else None
         session = Session(
             id=session_id,
@@ -285,11 +252,6 @@ class Broker:
     def _unregister(self, session: Session) -> None:
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
-
-    @property
-    def shielded_waits(self) -> BoundedWaits:
-        """Host interface: the bounded shielded waits (``settle_grace``) of every session."""
-        return self._waits
 
     def forget(self, session_id: str) -> None:
         """Host interface: the session *session_id* ended; drop it from the registry (sync)."""
@@ -627,7 +589,7 @@ async def _run_broker(
             the_store = store
         async with trio.open_nursery() as nursery:
             broker = Broker(nursery, the_store, default, mode, grace)
-            await nursery.start(broker._waits.run_timer)
+            await nursery.start(broker.shielded_waits.run_timer)
             try:
                 yield broker
             finally:

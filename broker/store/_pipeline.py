@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import outcome
@@ -35,14 +35,23 @@ from ._worker_thread import JobSkipped
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._heads import SessionHead
-    from ._ledger import SubmissionLedger
     from ._requests import Request
     from ._worker_thread import WorkerThread
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "Refusals"]
 
 # Hand a job over to the worker (WorkerThread.submit) when the last group woke this many callers.
 _HANDOFF_MIN = 8
+
+
+class Refusals(Protocol):
+    """What the pipeline needs of the writer's :class:`~._writer.SubmissionLedger`."""
+
+    @property
+    def fenced(self) -> Mapping[str, StoreError]: ...
+    def refuse(self, request: Request, error: StoreError) -> None: ...
+    def fence(self, fenced: Mapping[str, StoreError]) -> None: ...
+    def unfenced(self, writes: Sequence[Request]) -> list[Request]: ...
 
 
 @attrs.define(eq=False)
@@ -54,7 +63,7 @@ class Pipeline:
     backend: Backend
     _thread: WorkerThread
     _heads: dict[str, SessionHead]
-    _ledger: SubmissionLedger
+    _ledger: Refusals
     checkpoint_every: int
     clock_ms: Callable[[], int]
     transactions: int = attrs.field(default=0, init=False)
