@@ -181,8 +181,9 @@ async def test_a_server_that_dies_gets_the_client_errors_within_the_bound(
                 start = time.monotonic()
                 with pytest.raises(MCPError, match=r"^the MCP server at http://127\.0\.0\.1:"):
                     await gated.call_tool("crash_now", {})
-                # Gone: the next call fails too (cannot connect), at once, and nothing hangs.
-                with pytest.raises(MCPError, match=r"cannot connect"):
+                # Gone: the next call fails too, at once, and nothing hangs (cannot connect; or,
+                # while the dying process still holds its socket, connected and then reset).
+                with pytest.raises(MCPError, match=r"^the MCP server at http://127\.0\.0\.1:"):
                     await gated.call_tool("read_note", {"name": "a"})
                 assert time.monotonic() - start < 10
     assert [r["tool"] for r in recorded(tmp_path)] == ["crash_now"]
