@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import attrs
 import trio
@@ -33,7 +33,15 @@ if TYPE_CHECKING:
     from ._host import SessionHost
     from .store._protocol import Durability
 
-__all__ = ["Appendable", "Builder", "Lifecycle", "SessionLog", "Submitted", "if_pending"]
+__all__ = [
+    "Appendable",
+    "Builder",
+    "Lifecycle",
+    "LogOwner",
+    "SessionLog",
+    "Submitted",
+    "if_pending",
+]
 
 #: A conditional append: sees the projection as of its place in the log and returns the event,
 #: None (nothing to append), or raises a :class:`BrokerError` precondition.
@@ -60,6 +68,18 @@ class Submitted(NamedTuple):
     generation: int
 
 
+class LogOwner(Protocol):
+    """What the log needs of the session that owns it (``Session`` implements it)."""
+
+    def closed_error(self, action: str, parameter: str = "session") -> Exception:
+        """The error for *action* on the session, which no longer takes appends."""
+        ...
+
+    def fenced(self, exc: SessionFencedError) -> None:
+        """Another process owns the session now: fail closed and end, never write again."""
+        ...
+
+
 def if_pending(decided: ApprovalDecided) -> Builder:
     """A builder that appends *decided* only while its question is still pending."""
 
@@ -73,16 +93,15 @@ def if_pending(decided: ApprovalDecided) -> Builder:
 class SessionLog:
     """The order of one session's log and its projection, and the path that appends to it.
 
-    ``status`` is the session's lifecycle, which its owner sets: appends are taken while it is
-    open, and ``internal`` ones (a pending question's decision, a turn end) while it closes;
-    otherwise ``closed_error(action)`` is raised. ``fenced(exc)`` ends the session when
-    another process took it over.
+    ``status`` is the session's lifecycle, which its *owner* sets: appends are taken while it
+    is open, and ``internal`` ones (a pending question's decision, a turn end) while it closes;
+    otherwise the owner's ``closed_error`` is raised. The owner's ``fenced`` ends the session
+    when another process took it over.
     """
 
     session_id: str
-    _host: SessionHost
-    _closed_error: Callable[[str], Exception]
-    _fenced: Callable[[SessionFencedError], None]
+    host: SessionHost
+    _owner: LogOwner
     # The projection folded from every event sequenced so far (given on resume).
     state: ApprovalState = attrs.field(factory=ApprovalState)
     # Bumped when a submitted event failed to become durable: the projection ran ahead of the
@@ -127,14 +146,14 @@ class SessionLog:
         self._check_admitted(internal)
         if not shielded:
             await trio.lowlevel.checkpoint_if_cancelled()
-        if self._stale or self._host.store.congested:
+        if self._stale or self.host.store.congested:
             await self._make_ready(shielded)
             self._check_admitted(internal)
 
     def _check_admitted(self, internal: bool) -> None:
         status = self.status
         if status is not Lifecycle.OPEN and not (internal and status is Lifecycle.CLOSING):
-            raise self._closed_error("append to")
+            raise self._owner.closed_error("append to")
 
     async def sequence_now(self, *builds: Appendable) -> Submitted | None:
         """Build, check and fold events and hand them to the store as ONE submission, without
@@ -170,7 +189,7 @@ class SessionLog:
             return None
         generation = self._generation
         try:
-            ticket = self._host.store.submit(self.session_id, before.events, events, state)
+            ticket = self.host.store.submit(self.session_id, before.events, events, state)
         except Exception as exc:
             self._failed(generation, exc)
             raise self.append_error(events[0], exc) from exc
@@ -197,10 +216,10 @@ class SessionLog:
             return event  # noqa: ASYNC910 (schedule=False: the caller yields later)
         try:
             if shielded:
-                if not await self._host.shielded_waits.wait(ticket):
+                if not await self.host.shielded_waits.wait(ticket):
                     raise AuditAppendError(
                         f"could not append to session {self.session_id} within settle_grace "
-                        f"({self._host.settle_grace:g}s); the question is left for recovery"
+                        f"({self.host.settle_grace:g}s); the question is left for recovery"
                     )
                 if ticket.error is not None:
                     raise ticket.error
@@ -221,7 +240,7 @@ class SessionLog:
         """A submitted event did not become durable: the projection is ahead of the log."""
         if isinstance(exc, SessionFencedError):
             # Another process owns the session now: fail closed and end, never write again.
-            self._fenced(exc)
+            self._owner.fenced(exc)
             return
         if generation == self._generation:
             self._generation += 1
@@ -232,8 +251,8 @@ class SessionLog:
         """Wait for room in the store and, after a failed write, re-read the head."""
         with trio.CancelScope(shield=shielded) as scope:  # noqa: ASYNC912 (see above)
             if shielded:
-                scope.deadline = trio.current_time() + self._host.settle_grace
-            store = self._host.store
+                scope.deadline = trio.current_time() + self.host.settle_grace
+            store = self.host.store
             while store.congested:
                 await store.wait_for_room()
             if self._stale:
@@ -241,7 +260,7 @@ class SessionLog:
         if scope.cancelled_caught:
             raise AuditAppendError(
                 f"could not append to session {self.session_id} within settle_grace "
-                f"({self._host.settle_grace:g}s): its store stayed congested or unreadable"
+                f"({self.host.settle_grace:g}s): its store stayed congested or unreadable"
             )
 
     async def _resync(self) -> None:
@@ -251,7 +270,7 @@ class SessionLog:
             return
         done = self._resynced = trio.Event()
         try:
-            head = await self._host.store.head(self.session_id)
+            head = await self.host.store.head(self.session_id)
         except StoreError as exc:
             raise AuditAppendError(
                 f"could not re-read session {self.session_id} after a failed append: {exc}"

@@ -23,7 +23,7 @@ from ._events import (
 )
 from ._vocabulary import Policy
 
-__all__ = ["ApprovalState", "fold", "fold_all"]
+__all__ = ["EMPTY_STATE", "ApprovalState", "fold", "fold_all"]
 
 
 @attrs.frozen(kw_only=True)
@@ -46,6 +46,10 @@ class ApprovalState:
     pending: frozenset[str] = frozenset()
     delegated: bool = False
     events: int = 0
+
+
+#: The state of a session with no events (frozen: shared by every new session).
+EMPTY_STATE = ApprovalState()
 
 
 def fold(state: ApprovalState, event: Event) -> ApprovalState:

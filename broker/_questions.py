@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from ._agent import Agent
     from ._answerers import AnswererHandle
     from ._appends import Builder, SessionLog
-    from ._host import SessionHost
     from ._projection import ApprovalState
     from ._request import ApprovalRequest
 
@@ -108,19 +107,19 @@ class Questions:
 
     _session: Asker
     _log: SessionLog
-    _host: SessionHost
-    # Questions past admission and not yet settled, by request id.
-    _flights: dict[str, Flight] = attrs.field(factory=dict, init=False)
+    # Questions past admission and not yet settled, by request id; made on the first question
+    # (an idle session should cost as little memory as possible).
+    _flights: dict[str, Flight] | None = attrs.field(default=None, init=False)
     # Created when first needed: an idle session should cost as little memory as possible.
     _settled: trio.Event | None = attrs.field(default=None, init=False)
     turn_ending: bool = attrs.field(default=False, init=False)
 
     def __len__(self) -> int:
-        return len(self._flights)
+        return 0 if self._flights is None else len(self._flights)
 
     def ids(self) -> set[str]:
         """The ids of the questions in flight."""
-        return set(self._flights)
+        return set() if self._flights is None else set(self._flights)
 
     async def ask(self, req: ApprovalRequest) -> Decision:
         """Decide whether the session's agent may run ``req.tool_name`` once (spec 3).
@@ -157,7 +156,7 @@ class Questions:
             return asked
 
         flight = self._admit(request_id)
-        settle_grace = self._host.settle_grace
+        settle_grace = self._log.host.settle_grace
         session_log = self._log
         try:
             try:
@@ -292,18 +291,23 @@ class Questions:
             self._session.require_open("req.agent", "ask in")
         if self.turn_ending:
             raise TurnError(OUTSIDE_TURN)
-        flight = self._flights[request_id] = Flight()
+        flights = self._flights
+        if flights is None:
+            flights = self._flights = {}
+        flight = flights[request_id] = Flight()
         return flight
 
     def _settle(self, request_id: str) -> None:
-        self._flights.pop(request_id, None)
-        if not self._flights and self._settled is not None:
+        flights = self._flights
+        assert flights is not None  # admitted first
+        flights.pop(request_id, None)
+        if not flights and self._settled is not None:
             self._settled.set()
             self._settled = None
 
     def withdraw_all(self, cause: Withdrawal, detail: str) -> None:
         """Withdraw every question in flight (each settles by *cause*). Never blocks."""
-        for flight in list(self._flights.values()):
+        for flight in list(self._flights.values()) if self._flights else ():
             flight.withdraw(cause, detail)
 
     async def wait_settled(self) -> None:  # noqa: ASYNC910 (teardown; callers checkpoint)

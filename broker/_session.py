@@ -44,7 +44,7 @@ from ._events import (
     TurnStart,
 )
 from ._flight import Withdrawal
-from ._projection import ApprovalState
+from ._projection import EMPTY_STATE, ApprovalState
 from ._questions import Questions
 from ._vocabulary import Delegation, Outcome, Policy
 
@@ -109,8 +109,8 @@ class Session:
         if parent is not None and parent_id is None:
             self.parent_id = parent.id
         self.agent = Agent(self)
-        self.log = SessionLog(id, host, self._closed_error, self._fenced, state or ApprovalState())
-        self.questions = Questions(self, self.log, host)
+        self.log = SessionLog(id, host, self, EMPTY_STATE if state is None else state)
+        self.questions = Questions(self, self.log)
 
     # -- read-only views ------------------------------------------------------------------
 
@@ -264,7 +264,7 @@ class Session:
         scoped answerer; use :meth:`start_answerer` when its lifetime is a task's.
         """
         if not self.is_open:
-            raise self._closed_error("add an answerer to")
+            raise self.closed_error("add an answerer to")
         return self.host.register_answerer(fn, self.agent, prepend)
 
     @property
@@ -275,7 +275,7 @@ class Session:
 
     def _require_nursery(self) -> trio.Nursery:
         if self._nursery is None or not self.is_open:
-            raise self._closed_error("start a task in")
+            raise self.closed_error("start a task in")
         return self._nursery
 
     # -- the actor ------------------------------------------------------------------------
@@ -482,14 +482,16 @@ class Session:
         """Raise :class:`SessionClosedError` (naming *parameter* and what could not be done)
         unless the session is open."""
         if not self.is_open:
-            raise self._closed_error(action, parameter=parameter)
+            raise self.closed_error(action, parameter=parameter)
 
-    def _fenced(self, exc: SessionFencedError) -> None:
+    def fenced(self, exc: SessionFencedError) -> None:
         """Another process owns the session now: fail closed and end, never write again."""
         self._crash(exc)
         self.halt(f"session {self.id} fenced: {exc}")
 
-    def _closed_error(self, action: str, parameter: str = "session") -> SessionClosedError:
+    def closed_error(self, action: str, parameter: str = "session") -> SessionClosedError:
+        """The error for *action* on this session, which is not open (crashed, closing or
+        closed), naming *parameter*."""
         if self.log.status is Lifecycle.CRASHED:
             return SessionCrashedError(
                 f"{parameter} belongs to session {self.id}, which crashed "
