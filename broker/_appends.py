@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -59,13 +59,10 @@ class Lifecycle(enum.Enum):
     CRASHED = "crashed"
 
 
-class Submitted(NamedTuple):
-    """One submission handed to the store (its first event names it in errors), and the ticket
-    that says when all of it is durable."""
-
-    event: Event
-    ticket: Durability
-    generation: int
+#: One submission handed to the store: its first event (it names the submission in errors),
+#: the ticket that says when all of it is durable, and the log's generation when it was handed
+#: over. A plain tuple: one is made per append.
+Submitted = tuple["Event", "Durability", int]
 
 
 class LogOwner(Protocol):
@@ -143,7 +140,8 @@ class SessionLog:
         """Admission, the caller's cancellation (unless *shielded*), room in the store and a
         fresh head: what must hold before sequencing. Checkpoints only when it waits.
         Cancellation: unless *shielded*, raises before anything is sequenced."""
-        self._check_admitted(internal)
+        if self.status is not Lifecycle.OPEN:
+            self._check_admitted(internal)
         if not shielded:
             await trio.lowlevel.checkpoint_if_cancelled()
         if self._stale or self.host.store.congested:
@@ -201,7 +199,7 @@ class SessionLog:
                 self._failed(generation, refused)
             raise self.append_error(events[0], refused) from refused
         self.state = state
-        return Submitted(events[0], ticket, generation)
+        return (events[0], ticket, generation)
 
     async def durable(self, submitted: Submitted, *, schedule: bool, shielded: bool) -> Event:
         """Wait until a sequenced submission is durable and return its first event.

@@ -22,7 +22,7 @@ from ._collapse import collapse_single
 from ._errors import SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, Event
 from ._flight import Flight, Withdrawal
-from ._request import Asking, asking
+from ._request import ASKING, Asking
 from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
 from ._vocabulary import Outcome, Policy
@@ -169,8 +169,13 @@ class Questions:
                 asked_submission = await session_log.sequence_now(put)
                 assert asked_submission is not None  # put always builds
                 await session_log.durable(asked_submission, schedule=False, shielded=False)
-                with asking(question):
+                # The waterfall's context: req.question_id reads it (a context variable set
+                # directly, not through a context manager: this runs on every question).
+                token = ASKING.set(question)
+                try:
                     outcome = await self._decide(req, flight)
+                finally:
+                    ASKING.reset(token)
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
                     await self._record_cancelled(request_id)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -17,13 +16,15 @@ from ._vocabulary import Outcome
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["ApprovalRequest", "Asking", "SettledHook", "asking", "current_question"]
+__all__ = ["ASKING", "ApprovalRequest", "Asking", "SettledHook", "current_question"]
 
 log = logging.getLogger("broker.request")
 
 #: The question whose answerers run in this context. Answerers run in the asking task
 #: (decision 0001), so this is theirs to read.
-_ASKING: ContextVar[Asking | None] = ContextVar("broker_asking", default=None)
+#: The request algorithm sets it around the waterfall, in the asking task
+#: (``token = ASKING.set(question)`` … ``ASKING.reset(token)``); nothing else writes it.
+ASKING: ContextVar[Asking | None] = ContextVar("broker_asking", default=None)
 
 SettledHook: TypeAlias = Callable[[Outcome], Awaitable[None]]
 
@@ -56,7 +57,7 @@ class Asking:
 
 def current_question() -> Asking | None:
     """The question whose answerers run in this task's context, if any."""
-    return _ASKING.get()
+    return ASKING.get()
 
 
 def _check_tool_name(_inst: Any, _attr: Any, value: Any) -> None:
@@ -108,16 +109,5 @@ class ApprovalRequest:
         were started elsewhere (hand them the id). One request object asked twice at once,
         from two tasks, shows each answerer its own question's id.
         """
-        current = _ASKING.get()
+        current = ASKING.get()
         return current.id if current is not None and current.request is self else None
-
-
-@contextlib.contextmanager
-def asking(question: Asking) -> Iterator[Asking]:
-    """While the block runs (the waterfall, in the asking task), *question* is current:
-    ``question.request.question_id`` is ``question.id``."""
-    token = _ASKING.set(question)
-    try:
-        yield question
-    finally:
-        _ASKING.reset(token)

@@ -481,7 +481,7 @@ class Session:
     def require_open(self, parameter: str = "session", action: str = "use") -> None:
         """Raise :class:`SessionClosedError` (naming *parameter* and what could not be done)
         unless the session is open."""
-        if not self.is_open:
+        if self.log.status is not Lifecycle.OPEN:
             raise self.closed_error(action, parameter=parameter)
 
     def fenced(self, exc: SessionFencedError) -> None:

@@ -56,7 +56,8 @@ class MemoryStore:
         self, session_id: str, seq: int, events: Sequence[Event], state: ApprovalState
     ) -> Durability:
         """Store *events* (they follow seq *seq*) now; the ticket is already resolved."""
-        self._check_open()
+        if self._closed:  # _check_open, inline: this runs on every append
+            self._check_open()
         if self.fail_appends is not None:
             raise StoreError(self.fail_appends)
         log = self._logs.setdefault(session_id, [])
