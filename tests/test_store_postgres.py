@@ -474,3 +474,26 @@ async def test_the_broker_on_postgres_from_a_url(postgres_dsn: str) -> None:
                 assert resumed.state.turn == 1
     with open_postgres_reader(postgres_dsn) as reader:
         assert verify_reader(reader).sessions == 1
+
+
+async def test_a_released_session_is_checkpointed_before_its_lease_is_given_back(
+    postgres_dsn: str,
+) -> None:
+    """At close a writer checkpoints what it still owns; a session released before (closed by
+    the broker) is another process's to take, so its checkpoint is written at release, while
+    the lease is still this process's: a resume then folds no tail (found by broker chaos
+    --store: PostgreSQL runs stored no checkpoint at all)."""
+    with trio.fail_after(20):
+        async with open_broker(policy="never", store=postgres_dsn) as broker:
+            async with broker.open_session() as session, session.turn():
+                request = ApprovalRequest(agent=session.agent, tool_name="bash")
+                for _ in range(3):
+                    assert await broker.request(request) is Outcome.REJECTED
+            stored = _sql(
+                postgres_dsn,
+                "SELECT seq, state FROM broker.checkpoints WHERE session_id = %s",
+                session.id,
+            )
+            # turn/start, three asked + decided pairs, turn/end
+            assert [seq for seq, _ in stored] == [8]
+            assert decode_state(stored[0][1]) == session.state

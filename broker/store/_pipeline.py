@@ -18,7 +18,7 @@ every later write is refused at once.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -275,13 +275,16 @@ class Pipeline:
             else:
                 self._heads[session_id] = head
 
-    async def write_final_checkpoints(self) -> None:
-        """Checkpoint every session whose head moved past its last checkpoint, in one
-        transaction (at close). A failure is ignored: checkpoints are a cache of the log.
-        Cancellation: the caller shields it."""
+    async def write_checkpoints(self, session_ids: Collection[str] | None = None) -> None:
+        """Checkpoint every session (or each of *session_ids*) whose head moved past its last
+        checkpoint, in one transaction: at close, and for one session when its lease is given
+        back. A failure is ignored: checkpoints are a cache of the log. Cancellation: the
+        caller shields it."""
+        heads = self._heads
+        chosen = heads if session_ids is None else {i: heads[i] for i in session_ids if i in heads}
         due = {
             session_id: head
-            for session_id, head in self._heads.items()
+            for session_id, head in chosen.items()
             if head.seq > head.checkpoint_seq
         }
         if not due or not self.checkpoint_every or self.broken is not None:

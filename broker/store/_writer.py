@@ -370,7 +370,7 @@ class GroupWriter:
         try:
             with trio.CancelScope(shield=True):
                 await self._serve()
-                await self._pipeline.write_final_checkpoints()
+                await self._pipeline.write_checkpoints()
         finally:
             with trio.CancelScope(shield=True):
                 await self._release()
@@ -531,7 +531,11 @@ class GroupWriter:
         request.succeed()
 
     async def _release_lease(self, request: ReleaseRequest) -> None:
-        """Give the lease of *request*'s session back (its writes are settled)."""
+        """Give the lease of *request*'s session back (its writes are settled). In a shared
+        store its checkpoint is written first, while the lease is still ours: the final
+        checkpoints at close cover only what this process still owns."""
+        if self.backend.lease_ttl is not None:
+            await self._pipeline.write_checkpoints((request.session_id,))
         try:
             await self._thread.run(functools.partial(self.backend.release, request.session_id))
         except self._expected as exc:
