@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import trio
-from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client, types
+from mcp import Client, ClientSession, MCPError, StdioServerParameters, stdio_client, types
 from mcp.client.context import ClientRequestContext
 
 from broker import Outcome
@@ -29,6 +29,7 @@ from .test_mcp_interop import (
     connect,
     recorded,
     rules_file,
+    stateless_client,
     text_of,
     upstream_argv,
 )
@@ -202,3 +203,37 @@ async def test_a_hung_server_gets_the_client_an_error_within_the_bound(
             assert time.monotonic() - start < 10
             assert not (await gated.call_tool("read_note", {"name": "a"})).is_error
     assert [r["tool"] for r in recorded(tmp_path)] == ["hang_forever", "read_note"]
+
+
+@pytest.mark.parametrize(("action", "runs"), [(None, False), ("accept", True), ("decline", False)])
+async def test_the_stateless_revision_reaches_an_http_server_with_its_routing_headers(
+    tmp_path: pathlib.Path, action: str | None, runs: bool
+) -> None:
+    """2026-07-28 over HTTP: no session, each POST carries MCP-Protocol-Version, Mcp-Method
+    and Mcp-Name mirroring its envelope (the server refuses a request without them); the gate
+    asks by an input-required result."""
+    rules = rules_file(tmp_path, 'allow = ["read_*"]\n')
+    seen: list[str] = []
+    elicit = answering(action, seen) if action is not None else None
+    with trio.fail_after(TIMEOUT):
+        async with stateless_client(upstream_argv(tmp_path / "direct.jsonl")) as direct:
+            expected = (await direct.list_tools()).model_dump()
+        async with http_upstream(tmp_path) as url:
+            argv = ["-m", "broker.cli", "mcp-gate", "--store", ":memory:", "--rules", rules]
+            argv += ["--no-remote-answers", "--upstream-url", url]
+            params = StdioServerParameters(command=sys.executable, args=argv, cwd=str(ROOT))
+            async with Client(params, elicitation_callback=elicit) as gated:
+                assert gated.protocol_version == "2026-07-28"
+                assert (await gated.list_tools()).model_dump() == expected
+                read = await gated.call_tool("read_note", {"name": "a"})
+                write = await gated.call_tool("write_note", {"name": "a", "text": "x"})
+    assert text_of(read) == "contents of a"
+    calls: list[dict[str, Any]] = [{"tool": "read_note", "arguments": {"name": "a"}}]
+    if runs:
+        assert text_of(write) == "wrote 1 characters to a"
+        calls.append({"tool": "write_note", "arguments": {"name": "a", "text": "x"}})
+    else:
+        outcome = Outcome.UNAVAILABLE if action is None else Outcome.REJECTED
+        assert text_of(write) == refusal_text("write_note", outcome)
+    assert len(seen) == (action is not None)
+    assert recorded(tmp_path) == calls

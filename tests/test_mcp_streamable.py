@@ -257,3 +257,20 @@ async def test_a_tools_call_nobody_allowed_is_never_posted() -> None:
         answer = await client.message()
     assert answer["result"]["isError"] is True
     assert seen == []
+
+
+@pytest.mark.parametrize(("name", "header"), [("greet", "greet"), ("é x", "=?base64?w6kgeA==?=")])
+async def test_a_stateless_request_carries_its_envelope_as_routing_headers(
+    name: str, header: str
+) -> None:
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+    get = {"jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": {"name": name}}
+    get["params"]["_meta"] = meta  # type: ignore[index]
+    answer = {"jsonrpc": "2.0", "id": 7, "result": {"messages": []}}
+    async with scripted_server(lambda seen: ok(answer)) as (url, seen), gated(url) as client:
+        await client.write(get)
+        assert await client.message() == answer
+    (post,) = seen
+    assert post.headers["mcp-protocol-version"] == "2026-07-28"
+    assert post.headers["mcp-method"] == "prompts/get"
+    assert post.headers["mcp-name"] == header

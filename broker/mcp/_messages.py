@@ -22,6 +22,7 @@ __all__ = [
     "canonical",
     "elicitation_message",
     "elicited",
+    "envelope_version",
     "is_stateless",
     "refusal",
     "refusal_text",
@@ -58,6 +59,13 @@ def stateless_elicits(params: dict[str, Any]) -> bool:
     meta = params.get("_meta")
     capabilities = meta.get(_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
     return is_stateless(params) and advertises_form_elicitation({"capabilities": capabilities})
+
+
+def envelope_version(params: object) -> str | None:
+    """The protocol version a stateless request's envelope names (``_meta``), or ``None``."""
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    version = meta.get(_VERSION_META_KEY) if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else None
 
 
 def is_stateless(params: dict[str, Any]) -> bool:

@@ -26,6 +26,7 @@ are bounded (:data:`MAX_STREAMS`; one more gets an error); a request the relay g
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -38,6 +39,7 @@ import trio
 from .._display import printable
 from ._frames import SERVER_ERROR, FrameError, error_response, id_key, parse_frame, valid_id
 from ._http import HttpError, Response, UpstreamUrl, exchange
+from ._messages import envelope_version
 from ._sse import SseParser, TooLong
 
 __all__ = ["MAX_STREAMS", "StreamableUpstream", "open_streamable_upstream"]
@@ -53,6 +55,10 @@ CLOSE_DEADLINE: Final = 2.0
 #: Lines read from the server waiting for the relay (backpressure on the POSTs beyond).
 _INBOX: Final = 64
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
+_SAFE_VALUE = re.compile(r"[\x20-\x7e]{0,1024}")
+_SENTINEL = re.compile(r"=\?base64\?.*\?=")
+#: The methods whose target is named in ``Mcp-Name``, and the param naming it.
+_NAME_KEYS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _VERSION = re.compile(r"[0-9A-Za-z._-]{1,32}")
 _ACCEPT: Final = (b"accept", b"application/json, text/event-stream")
 _JSON: Final = (b"content-type", b"application/json")
@@ -71,8 +77,8 @@ class StreamableUpstream:
     max_message_bytes: int
     session_id: bytes | None = attrs.field(init=False, default=None)
     protocol_version: bytes | None = attrs.field(init=False, default=None)
-    #: id key -> the cancel scope of that request's POST, while it is in flight.
-    posts: dict[str, trio.CancelScope] = attrs.field(init=False, factory=dict)
+    #: id key -> that request's POST, while it is in flight.
+    posts: dict[str, _Post] = attrs.field(init=False, factory=dict)
     closed: bool = attrs.field(init=False, default=False)
     _lines: trio.MemorySendChannel[bytes] = attrs.field(init=False)
     _inbox: trio.MemoryReceiveChannel[bytes] = attrs.field(init=False)
@@ -85,6 +91,7 @@ class StreamableUpstream:
         self.send_stream = _Posts(self)
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
+        """The headers of a POST on the handshake revisions (and of the closing DELETE)."""
         headers = [_ACCEPT, _JSON]
         if self.session_id is not None:
             headers.append((b"mcp-session-id", self.session_id))
@@ -110,17 +117,31 @@ class StreamableUpstream:
         method = message.get("method")
         request_id = message.get("id")
         if isinstance(method, str) and valid_id(request_id):
-            await self._start_request(request_id, method, body)
+            routing = _routing(message, method)
+            headers = self._headers() if routing is None else [_ACCEPT, _JSON, *routing]
+            await self._start_request(request_id, method, body, headers, routing is not None)
             return
         if method == "notifications/cancelled":
             params = message.get("params")
             cancelled = params.get("requestId") if isinstance(params, dict) else None
-            scope = self.posts.get(id_key(cancelled)) if valid_id(cancelled) else None
-            if scope is not None:
-                scope.cancel()  # nobody waits for its response any more
+            post = self.posts.get(id_key(cancelled)) if valid_id(cancelled) else None
+            if post is not None:
+                post.scope.cancel()  # nobody waits for its response any more
+                if post.stateless:
+                    # 2026-07-28 over HTTP has no client notifications: the closed POST is
+                    # the cancellation.
+                    await trio.lowlevel.checkpoint()
+                    return
         await self._post_one(body)
 
-    async def _start_request(self, request_id: object, method: str, body: bytes) -> None:
+    async def _start_request(
+        self,
+        request_id: object,
+        method: str,
+        body: bytes,
+        headers: list[tuple[bytes, bytes]],
+        stateless: bool,
+    ) -> None:
         key = id_key(request_id)
         why = None
         if key in self.posts:
@@ -130,18 +151,23 @@ class StreamableUpstream:
         if why is not None:
             await self._lines.send(error_response(request_id, SERVER_ERROR, why))
             return
-        scope = trio.CancelScope()
-        self.posts[key] = scope
-        self.nursery.start_soon(self._request, scope, key, request_id, method, body)
+        post = _Post(stateless=stateless)
+        self.posts[key] = post
+        self.nursery.start_soon(self._request, post, key, request_id, method, (body, headers))
         await trio.lowlevel.checkpoint()
 
     async def _request(
-        self, scope: trio.CancelScope, key: str, request_id: object, method: str, body: bytes
+        self,
+        post: _Post,
+        key: str,
+        request_id: object,
+        method: str,
+        request: tuple[bytes, list[tuple[bytes, bytes]]],
     ) -> None:
         try:
-            with scope:
+            with post.scope:
                 try:
-                    await self._exchange(key, method, body)
+                    await self._exchange(key, method, *request)
                 except _Failed as exc:
                     log.warning("request %s to the MCP server failed: %s", key, exc)
                     await self._lines.send(error_response(request_id, SERVER_ERROR, str(exc)))
@@ -151,10 +177,12 @@ class StreamableUpstream:
         finally:
             del self.posts[key]
 
-    async def _exchange(self, key: str, method: str, body: bytes) -> None:
+    async def _exchange(
+        self, key: str, method: str, body: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> None:
         where = f"the MCP server at {self.url.text}"
         try:
-            async with exchange(self.url, b"POST", body, self._headers()) as response:
+            async with exchange(self.url, b"POST", body, headers) as response:
                 if response.status != 200:
                     raise _Failed(_status_text(where, response.status, self.session_id))
                 if method == "initialize":
@@ -245,8 +273,8 @@ class StreamableUpstream:
             await trio.lowlevel.checkpoint()
             return
         self.closed = True
-        for scope in self.posts.values():
-            scope.cancel()
+        for post in self.posts.values():
+            post.scope.cancel()
         self._lines.close()
         if self.session_id is None:
             await trio.lowlevel.checkpoint()
@@ -268,6 +296,42 @@ class StreamableUpstream:
             log.warning("could not send a message to the MCP server: %s", exc)
             await trio.lowlevel.checkpoint()
             return None
+
+
+@attrs.define(eq=False)
+class _Post:
+    """A request's POST in flight."""
+
+    stateless: bool
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+
+def _routing(message: dict[str, Any], method: str) -> list[tuple[bytes, bytes]] | None:
+    """The routing headers a 2026-07-28 request carries over HTTP, mirroring its envelope
+    (``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name``); ``None`` on the handshake
+    revisions. A value that cannot be a header is left out (the server then refuses the
+    request: fail closed). ``Mcp-Param-*`` headers (a tool schema's ``x-mcp-header``) are not
+    derived."""
+    params = message.get("params")
+    version = envelope_version(params)
+    if version is None or not _VERSION.fullmatch(version):
+        return None
+    headers = [(b"mcp-protocol-version", version.encode("ascii"))]
+    if _SAFE_VALUE.fullmatch(method):
+        headers.append((b"mcp-method", method.encode("ascii")))
+    key = _NAME_KEYS.get(method)
+    name = params.get(key) if key is not None and isinstance(params, dict) else None
+    if isinstance(name, str):
+        headers.append((b"mcp-name", _header_value(name)))
+    return headers
+
+
+def _header_value(value: str) -> bytes:
+    """*value* as MCP's routing headers carry it: verbatim when it is printable ASCII without
+    edge spaces, else ``=?base64?…?=`` of its UTF-8."""
+    if _SAFE_VALUE.fullmatch(value) and value == value.strip() and not _SENTINEL.fullmatch(value):
+        return value.encode("ascii")
+    return b"=?base64?" + base64.b64encode(value.encode("utf-8", "surrogatepass")) + b"?="
 
 
 def _status_text(where: str, status: int, session: bytes | None) -> str:
