@@ -168,6 +168,8 @@ async def test_each_message_is_one_post_and_the_session_goes_with_the_rest() -> 
     listed = {"jsonrpc": "2.0", "id": 2, "result": {"tools": []}}
 
     def reply(seen: Seen) -> bytes:
+        if seen.method == "GET":
+            return http(405, b"", "text/plain")  # no stream of its own
         method = seen.body["method"] if seen.body and "method" in seen.body else None
         if method == "initialize":
             return ok(INITIALIZED, "mcp-session-id: s-1")
@@ -182,8 +184,9 @@ async def test_each_message_is_one_post_and_the_session_goes_with_the_rest() -> 
         await client.write(LIST)
         assert await client.message() == progress
         assert await client.message() == listed
-    init, note, listing, *end = seen
-    assert [s.method for s in seen] == ["POST", "POST", "POST", "DELETE"]
+    assert [s.method for s in seen].count("GET") <= 1  # 405: not asked again
+    init, note, listing, *end = [s for s in seen if s.method != "GET"]
+    assert [s.method for s in [init, note, listing, *end]] == ["POST", "POST", "POST", "DELETE"]
     assert init.body == INIT
     assert init.headers["accept"] == "application/json, text/event-stream"
     assert init.headers["content-type"] == "application/json"
@@ -274,3 +277,40 @@ async def test_a_stateless_request_carries_its_envelope_as_routing_headers(
     assert post.headers["mcp-protocol-version"] == "2026-07-28"
     assert post.headers["mcp-method"] == "prompts/get"
     assert post.headers["mcp-name"] == header
+
+
+async def test_the_servers_own_stream_is_relayed_once_the_client_is_initialized() -> None:
+    changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    roots = {"jsonrpc": "2.0", "id": "s1", "method": "roots/list"}
+    answer = {"jsonrpc": "2.0", "id": "s1", "result": {"roots": []}}
+    gets: list[Seen] = []
+    asked_again, answered = trio.Event(), trio.Event()
+
+    def reply(seen: Seen) -> bytes:
+        if seen.method == "GET":
+            gets.append(seen)
+            if len(gets) == 1:
+                return sse(changed, roots)
+            asked_again.set()  # its stream ended: the gate asks again; now it has none
+            return http(405, b"", "text/plain")
+        if seen.body == answer:
+            answered.set()
+        if seen.body and seen.body.get("method") == "initialize":
+            return ok(INITIALIZED, "mcp-session-id: s-1")
+        return ACCEPTED
+
+    async with scripted_server(reply) as (url, seen), gated(url) as client:
+        await client.write(INIT)
+        await client.message()
+        assert gets == []  # not before the client is initialized
+        await client.write({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert await client.message() == changed
+        assert await client.message() == roots
+        await client.write(answer)
+        with trio.fail_after(WAIT):
+            await answered.wait()  # the client's answer to the server's request, POSTed
+            await asked_again.wait()
+    first, _ = gets
+    assert first.headers["accept"] == "text/event-stream"
+    assert first.headers["mcp-session-id"] == "s-1"
+    assert [s.method for s in seen].count("GET") == 2

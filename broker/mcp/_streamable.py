@@ -11,10 +11,11 @@ Each line the relay sends becomes one POST of that JSON-RPC message (``Accept:
 application/json, text/event-stream``). A request's POST runs in a task of its own: its
 response — a JSON body, or an event stream carrying the server's own requests and
 notifications for that request and then its response — comes back as lines the relay reads.
-Notifications and responses are POSTed in order, the writer waiting for each ``202``. The
-``Mcp-Session-Id`` the server gives the ``initialize`` response, and the protocol version that
-response names (``MCP-Protocol-Version``), go with every later POST; the session is ended with
-a ``DELETE`` when the gate stops.
+Notifications and responses are POSTed in order, the writer waiting for each ``202``. Once
+the client said it is initialized, the server's own stream (a GET) is relayed too: what the
+server sends outside any request. The ``Mcp-Session-Id`` the server gives the ``initialize``
+response, and the protocol version that response names (``MCP-Protocol-Version``), go with
+every later request; the session is ended with a ``DELETE`` when the gate stops.
 
 The server is untrusted: its messages are bounded by *max_message_bytes* (the request that
 carried an over-long one gets an error), its session id must be visible ASCII, and a request it
@@ -52,6 +53,10 @@ MAX_STREAMS: Final = 128
 NOTIFY_DEADLINE: Final = 10.0
 #: Seconds the closing ``DELETE`` of the session may take.
 CLOSE_DEADLINE: Final = 2.0
+#: Seconds between two attempts at the server's own stream (GET), and how many attempts in a
+#: row may bring nothing before the gate stops listening.
+LISTEN_RETRY: Final = 1.0
+LISTEN_ATTEMPTS: Final = 5
 #: Lines read from the server waiting for the relay (backpressure on the POSTs beyond).
 _INBOX: Final = 64
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
@@ -80,6 +85,8 @@ class StreamableUpstream:
     #: id key -> that request's POST, while it is in flight.
     posts: dict[str, _Post] = attrs.field(init=False, factory=dict)
     closed: bool = attrs.field(init=False, default=False)
+    #: The server's own stream (GET), once the client said it is initialized.
+    listening: trio.CancelScope | None = attrs.field(init=False, default=None)
     _lines: trio.MemorySendChannel[bytes] = attrs.field(init=False)
     _inbox: trio.MemoryReceiveChannel[bytes] = attrs.field(init=False)
     receive_stream: _Lines = attrs.field(init=False)
@@ -133,6 +140,9 @@ class StreamableUpstream:
                     await trio.lowlevel.checkpoint()
                     return
         await self._post_one(body)
+        if method == "notifications/initialized" and self.listening is None:
+            self.listening = trio.CancelScope()
+            self.nursery.start_soon(self._listen, self.listening)
 
     async def _start_request(
         self,
@@ -262,6 +272,44 @@ class StreamableUpstream:
         if bound.cancelled_caught:
             log.warning("the MCP server did not take a message within %g s", NOTIFY_DEADLINE)
 
+    async def _listen(self, scope: trio.CancelScope) -> None:
+        """Relay the server's own stream (GET): what it sends outside any request (its
+        requests, such as ``roots/list``, and notifications, such as ``list_changed``). A
+        server without one (405) is not asked again; a stream that ends is opened again
+        after :data:`LISTEN_RETRY` seconds, until :data:`LISTEN_ATTEMPTS` in a row brought
+        nothing. Ends with :meth:`close`."""
+        await trio.lowlevel.checkpoint()
+        headers = [(b"accept", b"text/event-stream")]
+        headers += [
+            h for h in self._headers() if h[0] in (b"mcp-session-id", b"mcp-protocol-version")
+        ]
+        idle = 0
+        with scope:
+            while idle < LISTEN_ATTEMPTS:
+                idle += 1
+                try:
+                    async with exchange(self.url, b"GET", b"", headers) as response:
+                        kind = response.header(b"content-type") or b""
+                        if response.status == 405:
+                            log.info("the MCP server has no stream of its own (GET: 405)")
+                            return
+                        if response.status == 200 and kind.startswith(b"text/event-stream"):
+                            parser = SseParser(limit=self.max_message_bytes)
+                            while (chunk := await response.next_chunk()) is not None:
+                                for data in parser.feed(chunk):
+                                    idle = 0
+                                    await self._deliver("", "", data)
+                        else:
+                            log.warning(
+                                "the MCP server answered its stream (GET) with %d", response.status
+                            )
+                except (HttpError, TooLong) as exc:
+                    log.warning("the MCP server's own stream (GET) failed: %s", exc)
+                except trio.ClosedResourceError:
+                    return  # the gate stopped reading the server
+                await trio.sleep(LISTEN_RETRY)
+            log.warning("stopped listening to the MCP server's own stream: it brought nothing")
+
     async def close(self) -> None:
         """Stop: close every POST in flight, end the relay's reading, and end the session
         with a ``DELETE`` (bounded by :data:`CLOSE_DEADLINE`; a server that refuses it is
@@ -275,6 +323,8 @@ class StreamableUpstream:
         self.closed = True
         for post in self.posts.values():
             post.scope.cancel()
+        if self.listening is not None:
+            self.listening.cancel()
         self._lines.close()
         if self.session_id is None:
             await trio.lowlevel.checkpoint()
