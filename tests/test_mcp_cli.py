@@ -122,3 +122,10 @@ def test_a_client_that_leaves_ends_the_gate_with_0(tmp_path: pathlib.Path) -> No
     done = gate("--store", ":memory:", "--", *upstream)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
+
+
+def test_a_client_that_leaves_ends_an_http_gate_with_0() -> None:
+    # Nothing was sent, so nothing tried the URL (nothing listens on port 9).
+    done = gate("--store", ":memory:", "--upstream-url", "http://127.0.0.1:9/mcp")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""

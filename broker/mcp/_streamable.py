@@ -433,7 +433,8 @@ class _Posts(trio.abc.SendStream):
         await trio.lowlevel.checkpoint()
 
     async def aclose(self) -> None:
-        """The relay is done: :meth:`StreamableUpstream.close`."""
+        """The relay is done: :meth:`StreamableUpstream.close`. Cancellation: the POSTs are
+        closed all the same; the ``DELETE`` is shielded within its bound."""
         await self._upstream.close()
 
 
