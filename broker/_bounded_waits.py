@@ -27,11 +27,13 @@ that fallback, keeping their deadline.
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import outcome
 import trio
+
+from .store._ticket import Ticket
 
 if TYPE_CHECKING:
     from .store._protocol import Durability
@@ -39,9 +41,19 @@ if TYPE_CHECKING:
 __all__ = ["BoundedWaits"]
 
 
-class _Wait:
+class _Parked(Protocol):
     """One parked task, in its host's map of outstanding waits until woken — once, with True
-    (resolved), False (overdue) or None (the timer stopped: wait on without it)."""
+    (resolved), False (overdue) or None (the timer stopped: wait on without it). A store's own
+    :class:`~broker.store._ticket.Ticket` is its own entry; any other ticket gets a
+    :class:`_Wait`."""
+
+    @property
+    def deadline(self) -> float: ...
+    def wake(self, verdict: bool | None) -> None: ...
+
+
+class _Wait:
+    """The entry of a wait on a ticket that is not a :class:`Ticket` (see :class:`_Parked`)."""
 
     __slots__ = ("deadline", "task", "waits")
 
@@ -49,11 +61,11 @@ class _Wait:
         self,
         task: trio.lowlevel.Task,
         deadline: float,
-        waits: collections.OrderedDict[_Wait, None],
+        waits: collections.OrderedDict[_Parked, None],
     ) -> None:
         self.task = task
         self.deadline = deadline
-        self.waits: collections.OrderedDict[_Wait, None] | None = waits
+        self.waits: collections.OrderedDict[_Parked, None] | None = waits
         waits[self] = None
 
     def wake(self, verdict: bool | None) -> None:
@@ -85,7 +97,7 @@ class BoundedWaits:
 
     grace: float
     # Outstanding waits, oldest (earliest deadline) first; a wait leaves it when woken.
-    _waits: collections.OrderedDict[_Wait, None] = attrs.field(
+    _waits: collections.OrderedDict[_Parked, None] = attrs.field(
         factory=collections.OrderedDict, init=False
     )
     _idle: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
@@ -109,10 +121,15 @@ class BoundedWaits:
         deadline = trio.current_time() + self.grace
         if self._running:
             waits = self._waits
-            entry = _Wait(trio.lowlevel.current_task(), deadline, waits)
+            task = trio.lowlevel.current_task()
+            if isinstance(ticket, Ticket):
+                # The map holds entries of both kinds; a Ticket only adds and removes itself.
+                ticket.park_bounded(task, deadline, waits)  # type: ignore[arg-type]
+            else:
+                entry = _Wait(task, deadline, waits)
+                ticket.add_done_callback(entry.resolved)
             if len(waits) == 1:
                 self._idle.unpark()
-            ticket.add_done_callback(entry.resolved)
             verdict: bool | None = await trio.lowlevel.wait_task_rescheduled(_refuse_cancellation)
             if verdict is not None:
                 return verdict

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 import trio.testing
 
@@ -185,3 +187,67 @@ async def test_ticket_callbacks_run_once_in_order_and_at_once_when_resolved() ->
     ticket.add_done_callback(lambda: calls.append("late"))
     assert calls == ["first", "second", "late"]
     await trio.lowlevel.checkpoint()
+
+
+class _Foreign:
+    """A Durability that is not the stores' Ticket (a third-party store's): waited through its
+    done-callback, with an entry of its own in the waits map."""
+
+    def __init__(self) -> None:
+        self.inner = Ticket()
+
+    @property
+    def done(self) -> bool:
+        return self.inner.done
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.inner.error
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        self.inner.add_done_callback(fn)
+
+    async def wait(self) -> None:
+        await self.inner.wait()
+
+
+async def test_a_ticket_of_another_kind_ends_its_wait_when_it_resolves() -> None:
+    waits = BoundedWaits(grace=5.0)
+    foreign = _Foreign()
+    verdicts: list[bool] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(waits.run_timer)
+
+        async def wait() -> None:
+            verdicts.append(await waits.wait(foreign))
+
+        nursery.start_soon(wait)
+        await _quiet()
+        assert waits.outstanding == 1
+        foreign.inner.succeed()
+        await _quiet()
+        assert verdicts == [True]
+        assert waits.outstanding == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_ticket_of_another_kind_is_overdue_after_the_grace(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    waits = BoundedWaits(grace=5.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(waits.run_timer)
+        start = trio.current_time()
+        foreign, ticket = _Foreign(), Ticket()
+        verdicts: list[tuple[str, bool, float]] = []
+
+        async def wait(name: str, durability: Ticket | _Foreign) -> None:
+            verdicts.append((name, await waits.wait(durability), trio.current_time() - start))
+
+        nursery.start_soon(wait, "foreign", foreign)
+        await trio.sleep(1)
+        nursery.start_soon(wait, "ticket", ticket)
+        await trio.sleep(10)
+        assert verdicts == [("foreign", False, 5.0), ("ticket", False, 6.0)]
+        assert waits.outstanding == 0
+        nursery.cancel_scope.cancel()

@@ -147,7 +147,8 @@ class GroupStore:
         ``synchronous="FULL"``). A *seq* that does not follow the session's last event fails
         the ticket; a closed or congested store raises :class:`StoreError` at once.
         """
-        self._check_open()
+        if self._closed:  # _check_open, inline: this runs on every append
+            self._check_open()
         frozen, lines = _encode_all(events)
         request = AppendRequest(
             session_id=session_id, events=frozen, lines=lines, seq=seq, state=state
@@ -158,7 +159,8 @@ class GroupStore:
     @property
     def congested(self) -> bool:
         """The writer's inbox is full (``inbox_size``): :meth:`wait_for_room` first."""
-        return self._writer.congested
+        writer = self._writer  # read here, not through the writer's property: every append asks
+        return writer.backlog >= writer.inbox_size
 
     async def wait_for_room(self) -> None:
         """Wait until the writer's inbox has room. Cancellation: just stops waiting."""

@@ -7,9 +7,10 @@ A ticket is resolved once and wakes its one waiter; the writer's queued requests
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 
 import attrs
+import outcome
 import trio
 
 __all__ = ["DURABLE", "Ticket"]
@@ -29,6 +30,11 @@ class Ticket:
     error: BaseException | None = None
     _waiter: trio.lowlevel.Task | None = None
     _callback: Callable[[], None] | None = None
+    #: While a task waits on it shielded and bounded (:class:`broker._bounded_waits.BoundedWaits`):
+    #: when the wait is overdue. The ticket is then the wait itself, in its host's map of
+    #: outstanding waits (``_waits``): no second object per durable question.
+    deadline: float = 0.0
+    _waits: MutableMapping[Ticket, None] | None = None
 
     def fail(self, error: BaseException) -> None:
         """Resolve with *error* (no-op if already resolved)."""
@@ -50,12 +56,38 @@ class Ticket:
         previous = self._callback
         self._callback = fn if previous is None else functools.partial(_both, previous, fn)
 
+    def park_bounded(
+        self, task: trio.lowlevel.Task, deadline: float, waits: MutableMapping[Ticket, None]
+    ) -> None:
+        """Make *task* this ticket's bounded waiter until *deadline*, listed in *waits*: it is
+        woken once, by :meth:`wake` — with True when the ticket resolves. The caller parks
+        *task* next (``wait_task_rescheduled``)."""
+        self._waiter = task
+        self.deadline = deadline
+        self._waits = waits
+        waits[self] = None
+
+    def wake(self, verdict: bool | None) -> None:
+        """End a bounded wait: leave the waits map and reschedule the waiter with *verdict*
+        (True resolved, False overdue, None: its timer stopped). A no-op once woken."""
+        waits = self._waits
+        if waits is not None:
+            self._waits = None
+            del waits[self]
+            task = self._waiter
+            self._waiter = None
+            assert task is not None  # park_bounded set it
+            trio.lowlevel.reschedule(task, outcome.Value(verdict))
+
     def _resolve(self) -> None:
         self.done = True
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            trio.lowlevel.reschedule(waiter)
+        if self._waits is not None:
+            self.wake(True)
+        else:
+            waiter = self._waiter
+            if waiter is not None:
+                self._waiter = None
+                trio.lowlevel.reschedule(waiter)
         callback = self._callback
         if callback is not None:
             self._callback = None

@@ -131,9 +131,14 @@ class SubmissionLedger:
 
     def handed_over(self, request: AppendRequest) -> None:
         """*request* was queued: the session's next submission follows it."""
-        expected = self._expected_seq(request.session_id)
+        session_id = request.session_id
+        if request.seq is not None and session_id not in self._adrift:
+            # refusal() found that it follows what was handed over: no need to look again.
+            self._next_seq[session_id] = request.seq + len(request.lines)
+            return
+        expected = self._expected_seq(session_id)
         if expected is not None:
-            self._next_seq[request.session_id] = expected + len(request.lines)
+            self._next_seq[session_id] = expected + len(request.lines)
 
     def _expected_seq(self, session_id: str) -> int | None:
         """The seq *session_id*'s next submission must follow; None while it is adrift."""
@@ -208,8 +213,8 @@ class GroupWriter:
     # Submitters waiting for room in the inbox (see congested); woken as the actor takes work.
     _room: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     # Requests sent to the inbox and not yet taken by the actor (cheaper than statistics()).
-    _backlog: int = attrs.field(default=0, init=False)
-    # What each session's next submission must follow; its fences (module _ledger).
+    backlog: int = attrs.field(default=0, init=False)
+    # What each session's next submission must follow; its fences (SubmissionLedger, above).
     _ledger: SubmissionLedger = attrs.field(init=False)
     # Staging and writing groups (module _pipeline).
     _pipeline: Pipeline = attrs.field(init=False)
@@ -267,7 +272,7 @@ class GroupWriter:
                 raise self.closed_error() from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self.closed_error() from None
-        self._backlog += 1
+        self.backlog += 1
         if isinstance(request, AppendRequest):
             self._ledger.handed_over(request)
         await request.wait()
@@ -284,7 +289,7 @@ class GroupWriter:
             return
         try:
             self._send.send_nowait(request)
-            self._backlog += 1
+            self.backlog += 1
         except trio.WouldBlock:
             raise StoreError(
                 f"{self.label} is congested ({self.inbox_size} queued writes): "
@@ -300,7 +305,7 @@ class GroupWriter:
     @property
     def congested(self) -> bool:
         """The inbox is full: a submission now would be refused."""
-        return self._backlog >= self.inbox_size
+        return self.backlog >= self.inbox_size
 
     async def wait_for_room(self) -> None:
         """Wait until the inbox has room. Cancellation: just stops waiting."""
@@ -399,7 +404,7 @@ class GroupWriter:
                 request = self._receive.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return
-            self._backlog -= 1
+            self.backlog -= 1
             self._refuse(request, self.closed_error())
 
     async def _serve(self) -> None:
@@ -416,7 +421,7 @@ class GroupWriter:
                     group.append(self._receive.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            self._backlog -= len(group)
+            self.backlog -= len(group)
             if self._room:
                 self._room.unpark_all()
             try:
