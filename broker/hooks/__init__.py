@@ -11,3 +11,17 @@ from ._settings import CommandHook as CommandHook
 from ._settings import HookMatcher as HookMatcher
 from ._settings import HookSettings as HookSettings
 from ._settings import HookSettingsError as HookSettingsError
+
+__all__ = [
+    "DEFAULT_DENY_REASON",
+    "DEFAULT_TIMEOUT",
+    "OUTPUT_CAP",
+    "CommandHook",
+    "HookBridge",
+    "HookCall",
+    "HookGate",
+    "HookMatcher",
+    "HookSettings",
+    "HookSettingsError",
+    "HookVerdict",
+]
