@@ -99,3 +99,23 @@ def test_the_core_imports_downward() -> None:
     store = {name for name in graph if name.startswith("broker.store")}
     outside = {target for name in store for target in graph[name]} - store
     assert not {m for m in outside if m in ("broker._broker", "broker._session", "broker._agent")}
+
+
+def test_every_subpackage_states_its_public_names() -> None:
+    """Issue 26: each package of broker curates its API in ``__all__``, and every name listed
+    is there (the CLI included: its one public name is ``main``)."""
+    import importlib
+
+    root = pathlib.Path(broker.__file__).parent
+    missing = []
+    for init in sorted(root.rglob("__init__.py")):
+        if "__pycache__" in init.parts:
+            continue
+        name = ".".join(("broker", *init.parent.relative_to(root).parts))
+        module = importlib.import_module(name)
+        names = getattr(module, "__all__", None)
+        if not names:
+            missing.append(name)
+            continue
+        assert all(hasattr(module, n) for n in names), name
+    assert missing == []
