@@ -289,7 +289,8 @@ class Session:
         the session closes (teardown step 4, module docstring), a task of it crashes, or its
         owner halts it. It is not on the append path: appends go from the asking task straight
         to the store. Never raises an :class:`Exception`: a crash is contained to this session
-        (``crash_cause``).
+        (``crash_cause``). Cancellation: its nursery is shielded from scopes around the broker;
+        :meth:`halt` (or :meth:`aclose`) ends it.
         """
         if self._done:
             # Closed before its actor could start (see aclose): nothing to hold.

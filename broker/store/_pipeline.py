@@ -117,7 +117,8 @@ class Pipeline:
         behind it (chained), so the thread starts it the moment that one committed, without
         waiting for the trio thread to come round to it; this returns once that group is done
         (at most two groups are ever on the thread). If that group failed, the thread skipped
-        this one, which is staged again from what is committed."""
+        this one, which is staged again from what is committed. Cancellation: the actor runs
+        it shielded (a group handed to the thread is written whatever happens to the caller)."""
         if self.broken is not None:
             for request in writes:
                 self._ledger.refuse(request, self.broken_error())
@@ -242,7 +243,8 @@ class Pipeline:
 
     async def settle(self) -> None:
         """Wait for the transaction in flight (if any); after a failed one, re-read the heads
-        it touched (a COMMIT that raised may still have landed) — once nothing is in flight."""
+        it touched (a COMMIT that raised may still have landed) — once nothing is in flight.
+        Cancellation: the actor runs it shielded; cancelled, it just stops waiting."""
         job = self.in_flight
         if job is not None:
             await job.done.wait()
