@@ -29,9 +29,9 @@ from pathlib import Path
 
 import trio
 
+from bench import store as store_bench
 from bench._postgres import SERVER, fresh_database, reachable
 from broker import (
-    ApprovalRequest,
     Event,
     MemoryStore,
     TurnEnd,
@@ -43,35 +43,10 @@ from broker import (
 from broker.store import open_store
 
 
-async def broker_asks(store: object, sessions: int, asks: int) -> float:
-    """Asks per second through the broker on *store* (a URL, a path, or a MemoryStore)."""
-    async with open_broker(policy="never", store=store) as broker:  # type: ignore[arg-type]
-        ready = 0
-        all_ready, go, all_done = trio.Event(), trio.Event(), trio.Event()
-        finished = 0
-
-        async def one_session() -> None:
-            nonlocal ready, finished
-            async with broker.open_session() as session, session.turn():
-                ready += 1
-                if ready == sessions:
-                    all_ready.set()
-                await go.wait()
-                request = ApprovalRequest(agent=session.agent, tool_name="bash")
-                for _ in range(asks):
-                    await broker.request(request)
-                finished += 1
-                if finished == sessions:
-                    all_done.set()
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(sessions):
-                nursery.start_soon(one_session)
-            await all_ready.wait()
-            start = time.perf_counter()
-            go.set()
-            await all_done.wait()
-            elapsed = time.perf_counter() - start
+async def broker_asks(store: str | Path | MemoryStore, sessions: int, asks: int) -> float:
+    """Asks per second through the broker on *store* (a URL, a path, or a MemoryStore): the
+    workload of :func:`bench.store.broker_asks`."""
+    elapsed, _ = await store_bench.broker_asks(store, sessions, asks)
     return sessions * asks / elapsed
 
 

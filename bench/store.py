@@ -106,13 +106,15 @@ async def store_asks(path: Path, sessions: int, asks: int) -> tuple[float, int]:
 # ----------------------------------------------------------------------- through the broker
 
 
-async def broker_asks(path: Path | None, sessions: int, asks: int) -> tuple[float, int]:
+async def broker_asks(
+    path: Path | str | MemoryStore | None, sessions: int, asks: int
+) -> tuple[float, int]:
     """Seconds for *asks* ``broker.request`` calls on each of *sessions* sessions (policy
-    ``never``, every session inside an open turn), and transactions committed meanwhile.
-    *path* None: the same workload on the in-memory store (the ratio's baseline)."""
+    ``never``, every session inside an open turn), and SQLite transactions committed meanwhile.
+    *path* is a store file, a store URL (``bench.pgstore`` passes a PostgreSQL DSN) or a memory
+    store; None: a new in-memory store (the ratio's baseline)."""
     async with open_broker(policy="never", store=path or MemoryStore()) as broker:
         store = broker.store
-        assert isinstance(store, SqliteStore | MemoryStore)
         ready = 0
         all_ready = trio.Event()
         go = trio.Event()
@@ -146,7 +148,7 @@ async def broker_asks(path: Path | None, sessions: int, asks: int) -> tuple[floa
         return elapsed, txns
 
 
-def _transactions(store: SqliteStore | MemoryStore) -> int:
+def _transactions(store: object) -> int:
     return store.transactions_committed if isinstance(store, SqliteStore) else 0
 
 
