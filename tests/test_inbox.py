@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -384,7 +385,14 @@ async def test_the_session_view_reads_an_sqlite_log_and_refuses_what_it_cannot_s
         "approval/asked",
         "approval/decided",
     ]
-    assert view["rows"][2]["text"] == f"decided {asked.id} rejected by bob (asked at #2)"
+    # The words of broker log show (one describer for both), without its column padding.
+    assert re.fullmatch(
+        rf"decided {asked.id} rejected by bob \(asked at #2, \d+\.\d{{3}}s\)",
+        view["rows"][2]["text"],
+    )
+    assert re.fullmatch(
+        rf"asked {asked.id} tool \S+ .*-> decided at #3 after .*", view["rows"][1]["text"]
+    )
     assert unknown.status == 404
     assert json.loads(unknown.body)["error"].startswith("session 'nope' is not in store file '")
     assert (missing.status, json.loads(missing.body)) == (

@@ -620,4 +620,6 @@ async def test_the_session_view_shows_the_log_paired_with_who_answered(
         r"#(\d+) after \d+\.\d{3}s",
         rows[1],
     )
-    assert re.fullmatch(rf"decided {qid} allowed-once by alice \(asked at #\d+\)", rows[2])
+    assert re.fullmatch(
+        rf"decided {qid} allowed-once by alice \(asked at #\d+, \d+\.\d{{3}}s\)", rows[2]
+    )

@@ -19,14 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 import trio
 
 from .._display import printable
-from .._events import (
-    ApprovalAsked,
-    ApprovalDecided,
-    ApprovalGrant,
-    ApprovalPolicy,
-    TurnEnd,
-    TurnStart,
-)
+from ..store._describe import describe_entry, seconds
 from ..store._logtools import (
     ImportLineError,
     LogToolError,
@@ -44,8 +37,7 @@ from ..store._url import StoreUrlError, parse_store_url
 from ._errors import database_error
 
 if TYPE_CHECKING:
-    from .._events import Event
-    from ..store._logtools import SessionSummary, Timeline, TimelineEntry
+    from ..store._logtools import SessionSummary, Timeline
 
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -185,63 +177,6 @@ def _clock(ts_ms: int, *, date: bool = False) -> str:
     return f"{text}.{ts_ms % 1000:03d}" + ("Z" if date else "")
 
 
-def _seconds(ms: int) -> str:
-    return f"{ms / 1000:.3f}s"
-
-
-def _describe_asked(entry: TimelineEntry, event: ApprovalAsked) -> str:
-    text = f"asked   {event.id} tool {event.tool_name}"
-    if event.call_id is not None:
-        text += f" call {event.call_id}"
-    if event.reason is not None:
-        text += f" ({event.reason})"
-    if entry.pair_seq is None:
-        return text + " -> pending (no decision)"
-    if entry.duration_ms is None:
-        return text + f" -> decided at #{entry.pair_seq}"
-    return text + f" -> decided at #{entry.pair_seq} after {_seconds(entry.duration_ms)}"
-
-
-def _describe_decided(entry: TimelineEntry, event: ApprovalDecided) -> str:
-    flags = [
-        flag
-        for flag, on in (
-            ("remembered", event.remembered),
-            (f"policy {event.policy}", event.policy is not None),
-            ("recovered", event.recovered),
-        )
-        if on
-    ]
-    text = f"decided {event.id} {event.outcome}"
-    if event.answered_by is not None:
-        text += f" by {event.answered_by}"
-    if flags:
-        text += " [" + ", ".join(flags) + "]"
-    if entry.pair_seq is None:
-        return text + " (no matching ask)"
-    if entry.duration_ms is None:
-        return text + f" (ask at #{entry.pair_seq})"
-    return text + f" (asked at #{entry.pair_seq}, {_seconds(entry.duration_ms)})"
-
-
-def _describe(entry: TimelineEntry) -> str:
-    event: Event = entry.event
-    if isinstance(event, TurnStart):
-        return f"turn {event.turn} started"
-    if isinstance(event, TurnEnd):
-        return f"turn {event.turn} ended: {event.reason.kind}"
-    if isinstance(event, ApprovalAsked):
-        return _describe_asked(entry, event)
-    if isinstance(event, ApprovalDecided):
-        return _describe_decided(entry, event)
-    if isinstance(event, ApprovalPolicy):
-        source = "" if event.source is None else f" (source {event.source})"
-        return f"policy  {event.policy}{source}"
-    if isinstance(event, ApprovalGrant):
-        return f"grant   tool {event.tool_name}"
-    return event.TYPE
-
-
 def format_sessions(sessions: list[SessionSummary], out: TextIO) -> None:
     """Write the session listing of ``broker log show STORE``."""
     if not sessions:
@@ -274,9 +209,10 @@ def format_timeline(timeline: Timeline, out: TextIO) -> None:
     start = timeline.entries[0].ts_ms
     print(f"{'SEQ':>6}  {'TIME (UTC)':<12}  {'ELAPSED':>9}  EVENT", file=out)
     for entry in timeline.entries:
+        line = printable(describe_entry(entry, aligned=True))
         print(
             f"{entry.seq:>6}  {_clock(entry.ts_ms):<12}  "
-            f"{'+' + _seconds(entry.ts_ms - start):>9}  {printable(_describe(entry))}",
+            f"{'+' + seconds(entry.ts_ms - start):>9}  {line}",
             file=out,
         )
 

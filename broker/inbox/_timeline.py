@@ -20,78 +20,16 @@ import attrs
 import trio
 
 from .._display import printable
-from .._events import (
-    ApprovalAsked,
-    ApprovalDecided,
-    ApprovalGrant,
-    ApprovalPolicy,
-    TurnEnd,
-    TurnStart,
-)
+from ..store._describe import describe_entry
 from ..store._logtools import show_session
 from ..store.sqlite._board import SqliteBoard
 from ._wire import SessionView, TimelineRow, dumps
 
 if TYPE_CHECKING:
     from ..store._board import AnswerBoard
-    from ..store._logtools import Timeline, TimelineEntry
+    from ..store._logtools import Timeline
 
-__all__ = ["SessionLog", "describe", "session_log_of"]
-
-
-def _seconds(ms: int) -> str:
-    return f"{ms / 1000:.3f}s"
-
-
-def _asked(entry: TimelineEntry, event: ApprovalAsked) -> str:
-    text = f"asked {event.id} tool {event.tool_name}"
-    if event.call_id is not None:
-        text += f" call {event.call_id}"
-    if event.reason is not None:
-        text += f" ({event.reason})"
-    if entry.pair_seq is None:
-        return text + " -> pending (no decision)"
-    after = "" if entry.duration_ms is None else f" after {_seconds(entry.duration_ms)}"
-    return text + f" -> decided at #{entry.pair_seq}{after}"
-
-
-def _decided(entry: TimelineEntry, event: ApprovalDecided) -> str:
-    text = f"decided {event.id} {event.outcome}"
-    if event.answered_by is not None:
-        text += f" by {event.answered_by}"
-    flags = [
-        flag
-        for flag, on in (
-            ("remembered", event.remembered),
-            (f"policy {event.policy}", event.policy is not None),
-            ("recovered", event.recovered),
-        )
-        if on
-    ]
-    if flags:
-        text += " [" + ", ".join(flags) + "]"
-    if entry.pair_seq is None:
-        return text + " (no matching ask)"
-    return text + f" (asked at #{entry.pair_seq})"
-
-
-def describe(entry: TimelineEntry) -> str:
-    """One line for *entry*, in the words of ``broker log show`` (not yet escaped)."""
-    event = entry.event
-    if isinstance(event, TurnStart):
-        return f"turn {event.turn} started"
-    if isinstance(event, TurnEnd):
-        return f"turn {event.turn} ended: {event.reason.kind}"
-    if isinstance(event, ApprovalAsked):
-        return _asked(entry, event)
-    if isinstance(event, ApprovalDecided):
-        return _decided(entry, event)
-    if isinstance(event, ApprovalPolicy):
-        source = "" if event.source is None else f" (source {event.source})"
-        return f"policy {event.policy}{source}"
-    if isinstance(event, ApprovalGrant):
-        return f"grant tool {event.tool_name}"
-    return event.TYPE
+__all__ = ["SessionLog", "session_log_of"]
 
 
 def _view(timeline: Timeline, limit: int) -> SessionView:
@@ -107,7 +45,7 @@ def _view(timeline: Timeline, limit: int) -> SessionView:
                 seq=entry.seq,
                 ts_ms=entry.ts_ms,
                 type=entry.event.TYPE,
-                text=printable(describe(entry)),
+                text=printable(describe_entry(entry)),
             )
             for entry in entries
         ],
