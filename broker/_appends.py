@@ -190,14 +190,14 @@ class SessionLog:
             ticket = self.host.store.submit(self.session_id, before.events, events, state)
         except Exception as exc:
             self._failed(generation, exc)
-            raise self.append_error(events[0], exc) from exc
+            raise self._append_error(events[0], exc) from exc
         refused = ticket.error if ticket.done else None
         if refused is not None:
             # Refused at once: the store took nothing of it (the Durability contract), so the
             # projection stays as it was and nothing need be re-read. Only a fence ends us.
             if isinstance(refused, SessionFencedError):
                 self._failed(generation, refused)
-            raise self.append_error(events[0], refused) from refused
+            raise self._append_error(events[0], refused) from refused
         self.state = state
         return (events[0], ticket, generation)
 
@@ -225,10 +225,10 @@ class SessionLog:
                 await ticket.wait()
         except StoreError as exc:
             self._failed(generation, exc)
-            raise self.append_error(event, exc) from exc
+            raise self._append_error(event, exc) from exc
         return event
 
-    def append_error(self, event: Event, exc: BaseException) -> AuditAppendError:
+    def _append_error(self, event: Event, exc: BaseException) -> AuditAppendError:
         """The error of an append of *event* that failed with *exc*."""
         return AuditAppendError(
             f"could not append {event.TYPE} to session {self.session_id}: {exc}"

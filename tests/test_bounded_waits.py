@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import trio
 import trio.testing
 
@@ -16,15 +17,19 @@ async def _quiet() -> None:
         await trio.testing.wait_all_tasks_blocked()
 
 
-async def test_a_wait_returns_true_once_the_ticket_resolves() -> None:
+@pytest.mark.parametrize("kind", ["store ticket", "foreign durability"])
+async def test_a_wait_returns_true_once_the_ticket_resolves(kind: str) -> None:
+    """A store's own Ticket is its own entry in the waits; any other Durability (a third-party
+    store's) gets one of its own, woken through its done-callback."""
     waits = BoundedWaits(grace=5.0)
     ticket = Ticket()
+    durability: Ticket | _Foreign = ticket if kind == "store ticket" else _Foreign(ticket)
     verdicts: list[bool] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(waits.run_timer)
 
         async def wait() -> None:
-            verdicts.append(await waits.wait(ticket))
+            verdicts.append(await waits.wait(durability))
 
         nursery.start_soon(wait)
         await _quiet()
@@ -193,8 +198,8 @@ class _Foreign:
     """A Durability that is not the stores' Ticket (a third-party store's): waited through its
     done-callback, with an entry of its own in the waits map."""
 
-    def __init__(self) -> None:
-        self.inner = Ticket()
+    def __init__(self, inner: Ticket | None = None) -> None:
+        self.inner = Ticket() if inner is None else inner
 
     @property
     def done(self) -> bool:
@@ -209,26 +214,6 @@ class _Foreign:
 
     async def wait(self) -> None:
         await self.inner.wait()
-
-
-async def test_a_ticket_of_another_kind_ends_its_wait_when_it_resolves() -> None:
-    waits = BoundedWaits(grace=5.0)
-    foreign = _Foreign()
-    verdicts: list[bool] = []
-    async with trio.open_nursery() as nursery:
-        await nursery.start(waits.run_timer)
-
-        async def wait() -> None:
-            verdicts.append(await waits.wait(foreign))
-
-        nursery.start_soon(wait)
-        await _quiet()
-        assert waits.outstanding == 1
-        foreign.inner.succeed()
-        await _quiet()
-        assert verdicts == [True]
-        assert waits.outstanding == 0
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_ticket_of_another_kind_is_overdue_after_the_grace(
