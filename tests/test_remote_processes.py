@@ -87,8 +87,10 @@ def wait_pending(store: str | pathlib.Path) -> list[dict[str, Any]]:
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
         listed = broker("pending", str(store), "--json")
-        if listed.returncode != 0 and "does not exist" in listed.stderr:
-            time.sleep(0.05)  # the asker has not created its store yet
+        if listed.returncode != 0 and (
+            "does not exist" in listed.stderr or "the file is empty" in listed.stderr
+        ):
+            time.sleep(0.05)  # the asker has not created its store yet, or not its schema
             continue
         assert listed.returncode == 0, listed.stderr
         rows: list[dict[str, Any]] = json.loads(listed.stdout)
