@@ -41,9 +41,12 @@ TIMEOUT = 60
 
 
 @asynccontextmanager
-async def http_upstream(tmp_path: pathlib.Path, *, json: bool = False) -> AsyncIterator[str]:
+async def http_upstream(
+    tmp_path: pathlib.Path, *, json: bool = False, extra: tuple[str, ...] = ()
+) -> AsyncIterator[str]:
     """The SDK's server on streamable HTTP in a subprocess; yields its URL; killed on exit."""
     argv = [sys.executable, "-m", "tests.mcp.upstream", str(tmp_path / "record.jsonl"), "--http"]
+    argv += extra
     async with trio.open_nursery() as nursery:
         run = functools.partial(
             trio.run_process,
@@ -237,3 +240,28 @@ async def test_the_stateless_revision_reaches_an_http_server_with_its_routing_he
         assert text_of(write) == refusal_text("write_note", outcome)
     assert len(seen) == (action is not None)
     assert recorded(tmp_path) == calls
+
+
+@pytest.mark.parametrize("region", ["us-west1", "Zürich 1 "])
+async def test_a_stateless_call_carries_its_annotated_arguments_as_param_headers(
+    tmp_path: pathlib.Path, region: str
+) -> None:
+    """2026-07-28: ``read_regional``'s schema marks ``region`` with ``x-mcp-header``; the SDK's
+    server refuses the call unless ``Mcp-Param-Region`` mirrors it (base64 when not plain
+    ASCII), so the allowed call runs only if the gate sends it."""
+    rules = rules_file(tmp_path, 'allow = ["read_*"]\n')
+    with trio.fail_after(TIMEOUT):
+        async with http_upstream(tmp_path, extra=("--param-tool",)) as url:
+            argv = ["-m", "broker.cli", "mcp-gate", "--store", ":memory:", "--rules", rules]
+            argv += ["--no-remote-answers", "--upstream-url", url]
+            params = StdioServerParameters(command=sys.executable, args=argv, cwd=str(ROOT))
+            async with Client(params) as gated:
+                assert gated.protocol_version == "2026-07-28"
+                listed = {t.name: t for t in (await gated.list_tools()).tools}
+                schema = listed["read_regional"].input_schema
+                assert schema["properties"]["region"]["x-mcp-header"] == "Region"
+                result = await gated.call_tool("read_regional", {"region": region, "name": "a"})
+    assert text_of(result) == f"contents of a in {region}"
+    assert recorded(tmp_path) == [
+        {"tool": "read_regional", "arguments": {"region": region, "name": "a"}}
+    ]

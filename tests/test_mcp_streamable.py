@@ -22,7 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker import MemoryStore, open_broker
-from broker.mcp import UpstreamUrl, relay
+from broker.mcp import GateRules, UpstreamUrl, relay
+from broker.mcp._messages import canonical
 from broker.mcp._sse import SseParser, TooLong
 from broker.mcp._streamable import open_streamable_upstream
 
@@ -76,6 +77,7 @@ class Seen:
     method: str
     headers: dict[str, str]
     body: dict[str, Any] | None
+    raw: bytes = b""
 
 
 Reply = Callable[[Seen], bytes]
@@ -120,7 +122,7 @@ async def scripted_server(reply: Reply) -> AsyncIterator[tuple[str, list[Seen]]]
         if request is None:
             return  # the gate connected and left (closing): nothing was asked
         headers = {k.decode(): v.decode() for k, v in request.headers}
-        entry = Seen(request.method.decode(), headers, json.loads(body) if body else None)
+        entry = Seen(request.method.decode(), headers, json.loads(body) if body else None, body)
         seen.append(entry)
         with contextlib.suppress(trio.BrokenResourceError):
             # The gate may hang up first: on a message over its limit, it stops reading.
@@ -136,7 +138,7 @@ async def scripted_server(reply: Reply) -> AsyncIterator[tuple[str, list[Seen]]]
 
 
 @asynccontextmanager
-async def gated(url: str, *, limit: int = 4096) -> AsyncIterator[Peer]:
+async def gated(url: str, *, limit: int = 4096, allow: tuple[str, ...] = ()) -> AsyncIterator[Peer]:
     """The relay with the upstream at *url*; yields the client's side."""
     client_send, client_in = trio.testing.memory_stream_one_way_pair()
     client_out, client_recv = trio.testing.memory_stream_one_way_pair()
@@ -151,6 +153,7 @@ async def gated(url: str, *, limit: int = 4096) -> AsyncIterator[Peer]:
                     upstream_in=upstream.receive_stream,
                     upstream_out=upstream.send_stream,
                     max_line_bytes=limit,
+                    rules=GateRules(allow=allow),
                 )
             )
             with trio.fail_after(WAIT):
@@ -314,3 +317,160 @@ async def test_the_servers_own_stream_is_relayed_once_the_client_is_initialized(
     assert first.headers["accept"] == "text/event-stream"
     assert first.headers["mcp-session-id"] == "s-1"
     assert [s.method for s in seen].count("GET") == 2
+
+
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+SQL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "target": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}},
+        },
+        "dry": {"type": "boolean", "x-mcp-header": "Dry"},
+        "rows": {"type": "integer", "x-mcp-header": "Rows"},
+        "note": {"type": "string", "x-mcp-header": "Note"},
+        "query": {"type": "string"},
+    },
+}
+#: Annotations the specification makes invalid: the tool is left out of tools/list.
+INVALID_SCHEMAS = [
+    {
+        "type": "object",
+        "properties": {"a": {"type": "array", "items": {"type": "string", "x-mcp-header": "A"}}},
+    },
+    {"type": "object", "properties": {"a": {"anyOf": [{"type": "string", "x-mcp-header": "A"}]}}},
+    {"type": "object", "properties": {"a": {"type": "number", "x-mcp-header": "A"}}},
+    {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "A B"}}},
+    {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": ""}}},
+    {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "x-mcp-header": "Same"},
+            "b": {"type": "string", "x-mcp-header": "same"},
+        },
+    },
+]
+
+
+def listing(*tools: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 2, "result": {"tools": list(tools), "resultType": "complete"}}
+
+
+def tool(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "inputSchema": schema}
+
+
+def call(arguments: dict[str, Any], name: str = "sql") -> dict[str, Any]:
+    params = {"name": name, "arguments": arguments, "_meta": META}
+    return {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}
+
+
+DONE = {"jsonrpc": "2.0", "id": 3, "result": {"content": [], "resultType": "complete"}}
+
+
+async def listed_then_called(
+    tools: list[dict[str, Any]], arguments: dict[str, Any], name: str = "sql"
+) -> tuple[dict[str, Any], dict[str, Any], list[Seen]]:
+    """A 2026-07-28 tools/list of *tools*, then an allowed call of *name*: what the client got
+    for each, and what the server saw."""
+    listed = listing(*tools)
+
+    def reply(seen: Seen) -> bytes:
+        assert seen.body is not None
+        return ok(listed if seen.body["method"] == "tools/list" else DONE)
+
+    async with (
+        scripted_server(reply) as (url, seen),
+        gated(url, limit=65536, allow=("*",)) as client,
+    ):
+        await client.write({**LIST, "params": {"_meta": META}})
+        got_list = await client.message()
+        await client.write(call(arguments, name))
+        got_call = await client.message()
+    return got_list, got_call, seen
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (
+            {
+                "region": "us-west1",
+                "target": {"zone": "é x"},
+                "dry": True,
+                "rows": 42,
+                "query": "q",
+            },
+            {"region": "us-west1", "zone": "=?base64?w6kgeA==?=", "dry": "true", "rows": "42"},
+        ),
+        (
+            # The specification's own examples; a missing or null value sends no header.
+            {"region": "Hello, 世界", "target": {"zone": " padded "}, "dry": False, "note": None},
+            {
+                "region": "=?base64?SGVsbG8sIOS4lueVjA==?=",
+                "zone": "=?base64?IHBhZGRlZCA=?=",
+                "dry": "false",
+            },
+        ),
+        (
+            {"region": "line1\nline2", "target": {}, "rows": -7.0, "note": "=?base64?literal?="},
+            {
+                "region": "=?base64?bGluZTEKbGluZTI=?=",
+                "rows": "-7",
+                "note": "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?=",
+            },
+        ),
+    ],
+)
+async def test_a_stateless_tools_call_mirrors_annotated_arguments_as_param_headers(
+    arguments: dict[str, Any], expected: dict[str, str]
+) -> None:
+    got_list, got_call, seen = await listed_then_called([tool("sql", SQL_SCHEMA)], arguments)
+    assert got_list == listing(tool("sql", SQL_SCHEMA))  # valid: passed on as it came
+    assert got_call == DONE
+    _, posted = seen
+    params = {
+        k.removeprefix("mcp-param-"): v
+        for k, v in posted.headers.items()
+        if k.startswith("mcp-param-")
+    }
+    assert params == expected
+    assert posted.headers["mcp-name"] == "sql"
+    # The body is the call the gate allowed, byte for byte: the headers only mirror it.
+    line, _ = canonical(call(arguments), arguments)
+    assert posted.raw == line.rstrip(b"\n")
+
+
+@pytest.mark.parametrize("schema", INVALID_SCHEMAS)
+async def test_a_tool_with_an_invalid_annotation_is_left_out_and_never_called(
+    schema: dict[str, Any],
+) -> None:
+    good = tool("sql", SQL_SCHEMA)
+    got_list, got_call, seen = await listed_then_called(
+        [tool("bad", schema), good], {"a": "x"}, name="bad"
+    )
+    assert got_list == listing(good)
+    assert "the gate did not send the call" in got_call["error"]["message"]
+    assert "is invalid" in got_call["error"]["message"]
+    assert [s.body["method"] for s in seen if s.body] == ["tools/list"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"region": {"x": 1}}, "argument 'region' is an object"),
+        ({"target": {"zone": ["a"]}}, "argument 'target.zone' is an array"),
+        ({"rows": 1.5}, "argument 'rows' is a fraction"),
+        ({"rows": 2**53}, "argument 'rows' is an integer beyond"),
+        ({"region": "x" * 20000}, "take over 16384 bytes"),
+    ],
+)
+async def test_an_argument_no_header_can_carry_fails_the_call_closed(
+    arguments: dict[str, Any], said: str
+) -> None:
+    _, got_call, seen = await listed_then_called([tool("sql", SQL_SCHEMA)], arguments)
+    assert got_call["id"] == 3
+    assert said in got_call["error"]["message"]
+    assert [s.body["method"] for s in seen if s.body] == ["tools/list"]  # never POSTed

@@ -27,7 +27,6 @@ are bounded (:data:`MAX_STREAMS`; one more gets an error); a request the relay g
 
 from __future__ import annotations
 
-import base64
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -38,9 +37,18 @@ import attrs
 import trio
 
 from .._display import printable
-from ._frames import SERVER_ERROR, FrameError, error_response, id_key, parse_frame, valid_id
+from ._frames import (
+    SERVER_ERROR,
+    FrameError,
+    encode,
+    error_response,
+    id_key,
+    parse_frame,
+    valid_id,
+)
 from ._http import HttpError, Response, UpstreamUrl, exchange
 from ._messages import envelope_version
+from ._params import ParamError, ToolHeaders, header_value
 from ._sse import SseParser, TooLong
 
 __all__ = ["MAX_STREAMS", "StreamableUpstream", "open_streamable_upstream"]
@@ -61,7 +69,6 @@ LISTEN_ATTEMPTS: Final = 5
 _INBOX: Final = 64
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _SAFE_VALUE = re.compile(r"[\x20-\x7e]{0,1024}")
-_SENTINEL = re.compile(r"=\?base64\?.*\?=")
 #: The methods whose target is named in ``Mcp-Name``, and the param naming it.
 _NAME_KEYS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _VERSION = re.compile(r"[0-9A-Za-z._-]{1,32}")
@@ -84,6 +91,8 @@ class StreamableUpstream:
     protocol_version: bytes | None = attrs.field(init=False, default=None)
     #: id key -> that request's POST, while it is in flight.
     posts: dict[str, _Post] = attrs.field(init=False, factory=dict)
+    #: The ``x-mcp-header`` annotations of the tools the server listed (2026-07-28).
+    tools: ToolHeaders = attrs.field(init=False, factory=ToolHeaders)
     closed: bool = attrs.field(init=False, default=False)
     #: The server's own stream (GET), once the client said it is initialized.
     listening: trio.CancelScope | None = attrs.field(init=False, default=None)
@@ -96,6 +105,10 @@ class StreamableUpstream:
         self._lines, self._inbox = trio.open_memory_channel[bytes](_INBOX)
         self.receive_stream = _Lines(self._inbox)
         self.send_stream = _Posts(self)
+
+    @property
+    def _where(self) -> str:
+        return f"the MCP server at {self.url.text}"
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
         """The headers of a POST on the handshake revisions (and of the closing DELETE)."""
@@ -125,6 +138,14 @@ class StreamableUpstream:
         request_id = message.get("id")
         if isinstance(method, str) and valid_id(request_id):
             routing = _routing(message, method)
+            if routing is not None and method == "tools/call":
+                try:
+                    routing += self.tools.headers(message.get("params"))
+                except ParamError as exc:
+                    why = f"the gate did not send the call to {self._where}: {exc}"
+                    log.warning("%s", why)
+                    await self._lines.send(error_response(request_id, SERVER_ERROR, why))
+                    return
             headers = self._headers() if routing is None else [_ACCEPT, _JSON, *routing]
             await self._start_request(request_id, method, body, headers, routing is not None)
             return
@@ -246,8 +267,33 @@ class StreamableUpstream:
             answers = id_key(message["id"]) == key
             if answers and method == "initialize":
                 self._take_version(message.get("result"))
+            post = self.posts.get(key)
+            if answers and method == "tools/list" and post is not None and post.stateless:
+                line = self._listed(message, line)
         await self._lines.send(line + b"\n")
         return answers
+
+    def _listed(self, message: dict[str, Any], line: bytes) -> bytes:
+        """Learn the ``x-mcp-header`` annotations of a 2026-07-28 ``tools/list`` result
+        (*message*, received as *line*); a tool whose annotations are invalid is left out, as
+        the specification says a client over HTTP must (the line is then re-encoded)."""
+        result = message.get("result")
+        invalid = self.tools.learn(result)
+        if not invalid:
+            return line
+        for name, why in invalid:
+            log.warning(
+                "left the MCP server's tool %r out of tools/list: its x-mcp-header is invalid: %s",
+                printable(name),
+                why,
+            )
+        assert isinstance(result, dict)  # it listed tools
+        dropped = {name for name, _ in invalid}
+        tools = result["tools"]
+        result["tools"] = [
+            t for t in tools if not (isinstance(t, dict) and t.get("name") in dropped)
+        ]
+        return encode(message).rstrip(b"\n")
 
     def _take_session(self, value: bytes | None) -> None:
         if value is None or self.session_id is not None:
@@ -372,16 +418,8 @@ def _routing(message: dict[str, Any], method: str) -> list[tuple[bytes, bytes]] 
     key = _NAME_KEYS.get(method)
     name = params.get(key) if key is not None and isinstance(params, dict) else None
     if isinstance(name, str):
-        headers.append((b"mcp-name", _header_value(name)))
+        headers.append((b"mcp-name", header_value(name)))
     return headers
-
-
-def _header_value(value: str) -> bytes:
-    """*value* as MCP's routing headers carry it: verbatim when it is printable ASCII without
-    edge spaces, else ``=?base64?…?=`` of its UTF-8."""
-    if _SAFE_VALUE.fullmatch(value) and value == value.strip() and not _SENTINEL.fullmatch(value):
-        return value.encode("ascii")
-    return b"=?base64?" + base64.b64encode(value.encode("utf-8", "surrogatepass")) + b"?="
 
 
 def _status_text(where: str, status: int, session: bytes | None) -> str:

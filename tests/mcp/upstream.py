@@ -4,11 +4,13 @@ crashes. Every call that reaches a tool is appended to the record file (argv[1])
 line: the tool's name and its arguments as the server decoded them.
 
     python -m tests.mcp.upstream RECORD_FILE
-    python -m tests.mcp.upstream RECORD_FILE --http [--json]
+    python -m tests.mcp.upstream RECORD_FILE --http [--json] [--param-tool]
 
 With ``--http`` it serves MCP's streamable HTTP on ``127.0.0.1`` at a free port instead, at
 ``/mcp``, and writes ``port N`` as its first line on stdout once it listens; ``--json``
-answers requests with JSON bodies instead of event streams.
+answers requests with JSON bodies instead of event streams; ``--param-tool`` adds
+``read_regional``, whose ``region`` is mirrored in an ``Mcp-Param-Region`` header on
+2026-07-28 (the SDK's server refuses such a call without it: ``HeaderMismatch``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import os
 import pathlib
 import socket
 import sys
+from typing import Annotated
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 RECORD = pathlib.Path(sys.argv[1])
 server = MCPServer("gate-test-upstream")
@@ -66,6 +69,16 @@ async def hang_forever() -> str:
 def crash_now() -> str:
     _record("crash_now", {})
     os._exit(3)
+
+
+if "--param-tool" in sys.argv[2:]:
+
+    @server.tool(description="Read a note in a region (the region is an HTTP header).")
+    def read_regional(
+        region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})], name: str
+    ) -> str:
+        _record("read_regional", {"region": region, "name": name})
+        return f"contents of {name} in {region}"
 
 
 async def serve_http(json_response: bool) -> None:
