@@ -265,3 +265,24 @@ async def test_a_stateless_call_carries_its_annotated_arguments_as_param_headers
     assert recorded(tmp_path) == [
         {"tool": "read_regional", "arguments": {"region": region, "name": "a"}}
     ]
+
+
+async def test_a_call_whose_event_stream_the_server_closes_is_resumed_and_runs_once(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The SDK's server (an event store, ``retry: 100``) closes ``poll_note``'s event stream
+    before it answers: the answer comes only on a GET with ``Last-Event-ID``; the call ran
+    once (never POSTed again)."""
+    rules = rules_file(tmp_path, 'allow = ["poll_*"]\n')
+    args = ["--store", ":memory:", "--rules", rules]
+    with trio.fail_after(TIMEOUT):
+        async with http_upstream(tmp_path, extra=("--resumable",)) as url:
+            async with through_gate(url, *args) as gated:
+                result = await gated.call_tool("poll_note", {"name": "a"})
+                again = await gated.call_tool("poll_note", {"name": "b"})
+    assert text_of(result) == "polled a"
+    assert text_of(again) == "polled b"
+    assert recorded(tmp_path) == [
+        {"tool": "poll_note", "arguments": {"name": "a"}},
+        {"tool": "poll_note", "arguments": {"name": "b"}},
+    ]

@@ -25,7 +25,7 @@ from broker import MemoryStore, open_broker
 from broker.mcp import GateRules, UpstreamUrl, relay
 from broker.mcp._messages import canonical
 from broker.mcp._sse import SseParser, TooLong
-from broker.mcp._streamable import open_streamable_upstream
+from broker.mcp._streamable import RESUME_ATTEMPTS, open_streamable_upstream
 
 from .test_mcp_gate import Peer
 
@@ -64,6 +64,22 @@ def test_sse_events_do_not_depend_on_how_the_stream_is_cut(cuts: list[int], lf: 
     for start, end in itertools.pairwise(edges):
         events += parser.feed(stream[start:end])
     assert events == [b'{"a":\n1}', b"x", b""]
+
+
+def test_sse_keeps_the_cursor_for_resuming() -> None:
+    parser = SseParser(limit=1024)
+    assert parser.feed(STREAM) == [b'{"a":\n1}', b"x", b""]
+    assert (parser.last_id, parser.retry) == (b"1", 0.01)  # an id holds until another one
+    # An id counts once its event is dispatched; a half-read event is dropped on reconnecting.
+    assert parser.feed(b"id: 2\ndata: a\n\nid: 3\ndata: half") == [b"a"]
+    assert parser.last_id == b"2"
+    parser.reconnected()
+    assert parser.feed(b"\n\ndata: b\n\n") == [b"b"]
+    assert parser.last_id == b"2"
+    assert parser.feed(b"id: x\0y\ndata: c\n\nretry: 1e3\n\n") == [b"c"]  # both ignored
+    assert (parser.last_id, parser.retry) == (b"2", 0.01)
+    assert parser.feed(b"id\n\n") == []  # an empty id: nothing to resume from
+    assert parser.last_id is None
 
 
 @pytest.mark.parametrize("stream", [b"data: " + b"x" * 100, b"data: " + b"x" * 50 + b"\n" * 2])
@@ -474,3 +490,112 @@ async def test_an_argument_no_header_can_carry_fails_the_call_closed(
     assert got_call["id"] == 3
     assert said in got_call["error"]["message"]
     assert [s.body["method"] for s in seen if s.body] == ["tools/list"]  # never POSTed
+
+
+PROGRESS = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
+LISTED = {"jsonrpc": "2.0", "id": 2, "result": {"tools": []}}
+
+
+def event(message: dict[str, Any] | None, event_id: str, retry: int | None = None) -> bytes:
+    data = json.dumps(message).encode() if message is not None else b""
+    extra = f"retry: {retry}\n".encode() if retry is not None else b""
+    return f"id: {event_id}\n".encode() + extra + b"data: " + data + b"\n\n"
+
+
+def stream_head(length: int | None = None) -> bytes:
+    size = f"content-length: {length}\r\n" if length is not None else ""
+    return f"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n{size}\r\n".encode()
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["ended", "broken"])
+async def test_a_broken_event_stream_is_resumed_with_last_event_id(broken: bool) -> None:
+    """The POST's stream ends (or breaks mid-body) after events with ids and before the
+    answer: the gate waits the server's retry, then GETs with Last-Event-ID and relays the
+    rest; the request is never POSTed again."""
+    first = event(None, "e1", retry=300) + event(PROGRESS, "e2") + b"data: {half"
+    times: dict[str, float] = {}
+
+    def reply(seen: Seen) -> bytes:
+        times[seen.method] = trio.current_time()
+        if seen.method == "GET":
+            return stream_head() + event(LISTED, "e3")
+        return stream_head(len(first) + 100 if broken else None) + first
+
+    async with scripted_server(reply) as (url, seen), gated(url) as client:
+        await client.write(LIST)
+        assert await client.message() == PROGRESS
+        assert await client.message() == LISTED
+    post, get = seen
+    assert post.method == "POST"
+    assert get.method == "GET"
+    assert get.headers["last-event-id"] == "e2"
+    assert get.headers["accept"] == "text/event-stream"
+    assert times["GET"] - times["POST"] >= 0.3  # the server's retry: 300 ms
+
+
+async def test_a_stream_the_server_does_not_resume_fails_the_request() -> None:
+    def reply(seen: Seen) -> bytes:
+        if seen.method == "GET":
+            return http(405, b"", "text/plain")
+        return stream_head() + event(PROGRESS, "e1", retry=10)
+
+    async with scripted_server(reply) as (url, seen), gated(url) as client:
+        await client.write(LIST)
+        assert await client.message() == PROGRESS
+        answer = await client.message()
+    assert "did not resume it (GET with Last-Event-ID: HTTP 405)" in answer["error"]["message"]
+    assert [s.method for s in seen] == ["POST", "GET"]
+
+
+async def test_resuming_a_stream_that_brings_nothing_stops_after_bounded_attempts() -> None:
+    def reply(seen: Seen) -> bytes:
+        if seen.method == "GET":
+            return stream_head()  # an empty stream, ended at once
+        return stream_head() + event(None, "e1", retry=10)
+
+    async with scripted_server(reply) as (url, seen), gated(url) as client:
+        await client.write(LIST)
+        answer = await client.message()
+    assert "5 attempts in a row to resume it" in answer["error"]["message"]
+    assert [s.method for s in seen] == ["POST"] + ["GET"] * RESUME_ATTEMPTS
+
+
+async def test_a_stateless_requests_stream_is_not_resumed() -> None:
+    """2026-07-28: "Resumable SSE streams via Last-Event-ID are not supported"."""
+
+    def reply(seen: Seen) -> bytes:
+        return stream_head() + event(None, "e1", retry=10)
+
+    async with scripted_server(reply) as (url, seen), gated(url) as client:
+        await client.write({**LIST, "params": {"_meta": META}})
+        answer = await client.message()
+    assert "ended its response without answering" in answer["error"]["message"]
+    assert [s.method for s in seen] == ["POST"]
+
+
+async def test_the_servers_own_stream_is_resumed_with_last_event_id() -> None:
+    changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    gets: list[Seen] = []
+    done = trio.Event()
+
+    def reply(seen: Seen) -> bytes:
+        if seen.method == "GET":
+            gets.append(seen)
+            if len(gets) == 1:
+                return stream_head() + event(changed, "g1", retry=20)
+            done.set()
+            return http(405, b"", "text/plain")
+        if seen.body and seen.body.get("method") == "initialize":
+            return ok(INITIALIZED, "mcp-session-id: s-1")
+        return ACCEPTED
+
+    async with scripted_server(reply) as (url, _), gated(url) as client:
+        await client.write(INIT)
+        await client.message()
+        await client.write({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert await client.message() == changed
+        await done.wait()
+    first, second = gets
+    assert "last-event-id" not in first.headers
+    assert second.headers["last-event-id"] == "g1"
+    assert second.headers["mcp-session-id"] == "s-1"

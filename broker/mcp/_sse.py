@@ -8,8 +8,12 @@ Synopsis::
         handle(data)
 
 Lines end with CRLF, LF or CR; ``data:`` lines of one event are joined with a newline;
-comments (``:``), ``id``, ``retry`` and events of another type are skipped (the gate does
-not resume streams). At most *limit* bytes of one event are ever held.
+comments (``:``) and events of another type are skipped. The stream's cursor is kept for
+resuming it (``GET`` with ``Last-Event-ID``): :attr:`SseParser.last_id`, the ``id`` of the last
+event dispatched (``None`` until one names a non-empty one; an empty ``id`` clears it), and
+:attr:`SseParser.retry`, the seconds the server asked a reconnection to wait. After a break,
+:meth:`SseParser.reconnected` drops the half-read event and keeps the cursor. At most *limit*
+bytes of one event are ever held.
 """
 
 from __future__ import annotations
@@ -35,6 +39,18 @@ class SseParser:
     _event: bytes = attrs.field(init=False, default=b"")
     #: The last chunk ended with CR: an LF starting the next one ends no new line.
     _after_cr: bool = attrs.field(init=False, default=False)
+    #: The ``id`` of the last event dispatched (module doc), and the one being read.
+    last_id: bytes | None = attrs.field(init=False, default=None)
+    _next_id: bytes | None = attrs.field(init=False, default=None)
+    #: Seconds a reconnection waits, when the server said (``retry:``, in milliseconds).
+    retry: float | None = attrs.field(init=False, default=None)
+
+    def reconnected(self) -> None:
+        """A new connection of the same stream: forget the half-read event, keep the cursor."""
+        self._buffer.clear()
+        self._scanned = self._size = 0
+        self._data, self._event, self._after_cr = [], b"", False
+        self._next_id = self.last_id
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The data of every ``message`` event *chunk* completes, in order."""
@@ -70,6 +86,7 @@ class SseParser:
         if not line:
             data, event = self._data, self._event
             self._data, self._size, self._event = [], 0, b""
+            self.last_id = self._next_id  # dispatched, even without data (a priming event)
             if data and event in (b"", b"message"):
                 return b"\n".join(data)
             return None
@@ -84,6 +101,10 @@ class SseParser:
             self._data.append(value)
         elif name == b"event":
             self._event = value
+        elif name == b"id" and b"\0" not in value:
+            self._next_id = value or None
+        elif name == b"retry" and value.isdigit() and len(value) <= 9:
+            self.retry = int(value) / 1000
         return None
 
 

@@ -17,6 +17,10 @@ server sends outside any request. The ``Mcp-Session-Id`` the server gives the ``
 response, and the protocol version that response names (``MCP-Protocol-Version``), go with
 every later request; the session is ended with a ``DELETE`` when the gate stops.
 
+A request's event stream that ends or breaks before its response, after events with ids, is
+resumed with a ``GET`` carrying ``Last-Event-ID`` (handshake revisions only; the POST is never
+sent again, so an allowed call cannot run twice); so is the server's own stream.
+
 The server is untrusted: its messages are bounded by *max_message_bytes* (the request that
 carried an over-long one gets an error), its session id must be visible ASCII, and a request it
 fails — it cannot be reached, breaks the connection, answers an HTTP error or ends its stream
@@ -65,6 +69,10 @@ CLOSE_DEADLINE: Final = 2.0
 #: row may bring nothing before the gate stops listening.
 LISTEN_RETRY: Final = 1.0
 LISTEN_ATTEMPTS: Final = 5
+#: Seconds before re-opening a request's broken event stream when the server named none
+#: (``retry:``), and how many attempts in a row may bring nothing before the request fails.
+RESUME_RETRY: Final = 1.0
+RESUME_ATTEMPTS: Final = 5
 #: Lines read from the server waiting for the relay (backpressure on the POSTs beyond).
 _INBOX: Final = 64
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
@@ -72,6 +80,7 @@ _SAFE_VALUE = re.compile(r"[\x20-\x7e]{0,1024}")
 #: The methods whose target is named in ``Mcp-Name``, and the param naming it.
 _NAME_KEYS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _VERSION = re.compile(r"[0-9A-Za-z._-]{1,32}")
+_EVENT_ID = re.compile(rb"[\x21-\x7e][\x20-\x7e]{0,1022}[\x21-\x7e]|[\x21-\x7e]")
 _ACCEPT: Final = (b"accept", b"application/json, text/event-stream")
 _JSON: Final = (b"content-type", b"application/json")
 
@@ -198,7 +207,7 @@ class StreamableUpstream:
         try:
             with post.scope:
                 try:
-                    await self._exchange(key, method, *request)
+                    await self._exchange(key, method, request, post.stateless)
                 except _Failed as exc:
                     log.warning("request %s to the MCP server failed: %s", key, exc)
                     await self._lines.send(error_response(request_id, SERVER_ERROR, str(exc)))
@@ -209,18 +218,24 @@ class StreamableUpstream:
             del self.posts[key]
 
     async def _exchange(
-        self, key: str, method: str, body: bytes, headers: list[tuple[bytes, bytes]]
+        self,
+        key: str,
+        method: str,
+        request: tuple[bytes, list[tuple[bytes, bytes]]],
+        stateless: bool,
     ) -> None:
-        where = f"the MCP server at {self.url.text}"
+        where = self._where
+        events = SseParser(limit=self.max_message_bytes)
+        broke: HttpError | None = None
         try:
-            async with exchange(self.url, b"POST", body, headers) as response:
+            async with exchange(self.url, b"POST", *request) as response:
                 if response.status != 200:
                     raise _Failed(_status_text(where, response.status, self.session_id))
                 if method == "initialize":
                     self._take_session(response.header(b"mcp-session-id"))
                 kind = (response.header(b"content-type") or b"").split(b";")[0].strip().lower()
                 if kind == b"text/event-stream":
-                    answered = await self._events(key, method, response)
+                    answered = await self._events(key, method, response, events)
                 elif kind == b"application/json":
                     answered = await self._json(key, method, response)
                 else:
@@ -229,11 +244,66 @@ class StreamableUpstream:
                         " not application/json or text/event-stream"
                     )
         except HttpError as exc:
-            raise _Failed(f"{where} failed the request: {exc}") from None
+            if events.last_id is None or stateless:
+                raise _Failed(f"{where} failed the request: {exc}") from None
+            broke, answered = exc, False
+            await trio.lowlevel.checkpoint()
         except TooLong as exc:
             raise _Failed(f"{where} sent a message the gate dropped: {exc}") from None
+        if not answered and events.last_id is not None and not stateless:
+            log.info("the event stream of request %s ended unanswered (%s): resuming", key, broke)
+            answered = await self._resume(key, method, events)
         if not answered:
             raise _Failed(f"{where} ended its response without answering the request")
+
+    async def _resume(self, key: str, method: str, events: SseParser) -> bool:
+        """Re-open request *key*'s broken event stream: ``GET`` with ``Last-Event-ID`` (never
+        the POST again: an allowed call must not run twice), after the server's ``retry``
+        (else :data:`RESUME_RETRY`), until its answer passed or :data:`RESUME_ATTEMPTS` in a
+        row brought no event. Whether it was answered; :class:`_Failed` when the server
+        refuses to resume it. Not on 2026-07-28 (that revision's streams are not resumable)."""
+        where = self._where
+        idle = 0
+        while idle < RESUME_ATTEMPTS:
+            idle += 1
+            await trio.sleep(events.retry if events.retry is not None else RESUME_RETRY)
+            cursor = events.last_id
+            if cursor is None or _EVENT_ID.fullmatch(cursor) is None:
+                raise _Failed(
+                    f"{where} broke the request's event stream, and its last event id cannot "
+                    "be sent back (Last-Event-ID: 1-1024 visible ASCII characters)"
+                )
+            events.reconnected()
+            try:
+                async with exchange(self.url, b"GET", b"", self._stream_headers(cursor)) as got:
+                    kind = got.header(b"content-type") or b""
+                    if got.status != 200 or not kind.startswith(b"text/event-stream"):
+                        raise _Failed(
+                            f"{where} broke the request's event stream and did not resume it "
+                            f"(GET with Last-Event-ID: HTTP {got.status}): see its log"
+                        )
+                    if await self._events(key, method, got, events):
+                        return True
+            except HttpError as exc:
+                log.info("resuming the event stream of request %s broke: %s", key, exc)
+            except TooLong as exc:
+                raise _Failed(f"{where} sent a message the gate dropped: {exc}") from None
+            if events.last_id != cursor:
+                idle = 0  # it brought events: the stream lives
+        raise _Failed(
+            f"{where} broke the request's event stream, and {RESUME_ATTEMPTS} attempts in a "
+            "row to resume it (GET with Last-Event-ID) brought nothing"
+        )
+
+    def _stream_headers(self, cursor: bytes | None) -> list[tuple[bytes, bytes]]:
+        """The headers of a GET of an event stream: the server's own, or resuming one."""
+        headers = [(b"accept", b"text/event-stream")]
+        headers += [
+            h for h in self._headers() if h[0] in (b"mcp-session-id", b"mcp-protocol-version")
+        ]
+        if cursor is not None:
+            headers.append((b"last-event-id", cursor))
+        return headers
 
     async def _json(self, key: str, method: str, response: Response) -> bool:
         body = bytearray()
@@ -243,10 +313,9 @@ class StreamableUpstream:
                 raise TooLong(f"a response longer than {self.max_message_bytes} bytes")
         return await self._deliver(key, method, bytes(body))
 
-    async def _events(self, key: str, method: str, response: Response) -> bool:
-        parser = SseParser(limit=self.max_message_bytes)
+    async def _events(self, key: str, method: str, response: Response, events: SseParser) -> bool:
         while (chunk := await response.next_chunk()) is not None:
-            for data in parser.feed(chunk):
+            for data in events.feed(chunk):
                 if await self._deliver(key, method, data):
                     return True  # its response: the stream has nothing more for anyone
         return False
@@ -322,27 +391,30 @@ class StreamableUpstream:
         """Relay the server's own stream (GET): what it sends outside any request (its
         requests, such as ``roots/list``, and notifications, such as ``list_changed``). A
         server without one (405) is not asked again; a stream that ends is opened again
-        after :data:`LISTEN_RETRY` seconds, until :data:`LISTEN_ATTEMPTS` in a row brought
-        nothing. Ends with :meth:`close`."""
+        after the server's ``retry`` (else :data:`LISTEN_RETRY` seconds), resuming it
+        (``Last-Event-ID``) when its events had ids, until :data:`LISTEN_ATTEMPTS` in a row
+        brought nothing. Ends with :meth:`close`."""
         await trio.lowlevel.checkpoint()
-        headers = [(b"accept", b"text/event-stream")]
-        headers += [
-            h for h in self._headers() if h[0] in (b"mcp-session-id", b"mcp-protocol-version")
-        ]
+        events = SseParser(limit=self.max_message_bytes)
         idle = 0
         with scope:
             while idle < LISTEN_ATTEMPTS:
                 idle += 1
+                cursor = events.last_id
+                if cursor is not None and _EVENT_ID.fullmatch(cursor) is None:
+                    log.warning("the MCP server's stream has an event id that cannot be sent back")
+                    cursor = None
+                events.reconnected()
                 try:
+                    headers = self._stream_headers(cursor)
                     async with exchange(self.url, b"GET", b"", headers) as response:
                         kind = response.header(b"content-type") or b""
                         if response.status == 405:
                             log.info("the MCP server has no stream of its own (GET: 405)")
                             return
                         if response.status == 200 and kind.startswith(b"text/event-stream"):
-                            parser = SseParser(limit=self.max_message_bytes)
                             while (chunk := await response.next_chunk()) is not None:
-                                for data in parser.feed(chunk):
+                                for data in events.feed(chunk):
                                     idle = 0
                                     await self._deliver("", "", data)
                         else:
@@ -353,7 +425,7 @@ class StreamableUpstream:
                     log.warning("the MCP server's own stream (GET) failed: %s", exc)
                 except trio.ClosedResourceError:
                     return  # the gate stopped reading the server
-                await trio.sleep(LISTEN_RETRY)
+                await trio.sleep(events.retry if events.retry is not None else LISTEN_RETRY)
             log.warning("stopped listening to the MCP server's own stream: it brought nothing")
 
     async def close(self) -> None:
