@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable, Iterable
 
-__all__ = ["GENESIS", "HASH_SIZE", "chain_hash", "chain_hash_after", "chain_prefix"]
+__all__ = ["GENESIS", "HASH_SIZE", "chain_hash", "chain_hash_after", "chain_prefix", "chain_rows"]
 
 HASH_SIZE = 32
 GENESIS = bytes(HASH_SIZE)
 _DOMAIN = b"broker-event-chain-v1\x00"
 _U32 = struct.Struct(">I")
 _SEQ_TS = struct.Struct(">Qq")  # seq (u64), ts_ms (i64)
+_SEQ_TS_LEN = struct.Struct(">QqI")  # the same, then the line's length (u32)
 
 
 def chain_prefix(session_id: str) -> bytes:
@@ -47,3 +49,30 @@ def chain_hash_after(prefix: bytes, seq: int, ts_ms: int, line: str, prev_hash: 
     return hashlib.sha256(
         b"".join((prefix, _SEQ_TS.pack(seq, ts_ms), _U32.pack(len(text)), text, prev_hash))
     ).digest()
+
+
+def chain_rows(
+    session_id: str,
+    prefix: bytes,
+    seq: int,
+    ts_ms: int,
+    lines: Iterable[str],
+    prev_hash: bytes,
+    add_row: Callable[[tuple[str, int, int, str, bytes, bytes]], object],
+) -> tuple[int, bytes]:
+    """Chain *lines* after the row (*seq*, *prev_hash*) of *session_id*, whose
+    :func:`chain_prefix` is *prefix*: hand ``add_row`` each new row ``(session_id, seq, ts_ms,
+    line, prev_hash, hash)`` and return the last seq and hash. The hashes are
+    :func:`chain_hash_after`'s, made inline (the writer chains every durable row here)."""
+    if len(prev_hash) != HASH_SIZE:
+        raise ValueError(f"prev_hash must be {HASH_SIZE} bytes, got {len(prev_hash)}")
+    pack = _SEQ_TS_LEN.pack
+    sha256 = hashlib.sha256
+    join = b"".join
+    for line in lines:
+        seq += 1
+        text = line.encode()
+        digest = sha256(join((prefix, pack(seq, ts_ms, len(text)), text, prev_hash))).digest()
+        add_row((session_id, seq, ts_ms, line, prev_hash, digest))
+        prev_hash = digest
+    return seq, prev_hash

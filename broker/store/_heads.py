@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-
-import attrs
+from typing import NamedTuple
 
 from .._codec import EventDecodeError, decode_event
 from .._projection import ApprovalState, fold
@@ -25,11 +24,14 @@ __all__ = ["EMPTY_HEAD", "SessionHead", "fold_session", "order_pending"]
 log = logging.getLogger("broker.store")
 
 
-@attrs.frozen(kw_only=True)
-class SessionHead:
+class SessionHead(NamedTuple):
     """A writer's view of one session: chain head, folded state, last checkpoint seq.
 
     Invariant: ``state.events == seq`` (one fold per stored row).
+
+    A named tuple, not an attrs class: staging makes one per durable submission, and a frozen
+    attrs instance costs three times as much to build (every field through
+    ``object.__setattr__``). Immutable either way; ``_replace`` makes a changed copy.
     """
 
     seq: int

@@ -314,4 +314,4 @@ class Pipeline:
             return
         self.transactions += 1
         for session_id, head in due.items():
-            self._heads[session_id] = attrs.evolve(head, checkpoint_seq=head.seq)
+            self._heads[session_id] = head._replace(checkpoint_seq=head.seq)

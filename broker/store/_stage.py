@@ -17,7 +17,7 @@ import attrs
 import trio
 
 from .._projection import fold
-from ._chain import GENESIS, chain_hash_after, chain_prefix
+from ._chain import GENESIS, chain_prefix, chain_rows
 from ._checkpoint import PROJECTION_FINGERPRINT, encode_state
 from ._heads import EMPTY_HEAD, SessionHead
 from ._plan import EMPTY_PLAN, Plan
@@ -88,7 +88,7 @@ def stage_group(
             else:
                 head = in_flight.get(session_id) or committed.get(session_id)
                 bases[session_id] = head
-        if type(request) is not AppendRequest:
+        if type(request) is not AppendRequest:  # the hot path is a plain append
             if type(request) is ImportRequest and head is not None:
                 error = SessionExistsError(
                     f"session {session_id!r} already exists in {where}: "
@@ -113,17 +113,12 @@ def stage_group(
             prefix = prefixes.get(session_id)
             if prefix is None:
                 prefix = prefixes[session_id] = chain_prefix(session_id)
-            prev = head.hash
-            for line in request.lines:
-                seq += 1
-                digest = chain_hash_after(prefix, seq, now, line, prev)
-                add_row((session_id, seq, now, line, prev, digest))
-                prev = digest
+            seq, prev = chain_rows(session_id, prefix, seq, now, request.lines, head.hash, add_row)
             if given is None:  # a convenience append: the one place the writer folds
                 given = head.state
                 for event in request.events:
                     given = fold(given, event)
-            head = SessionHead(seq=seq, hash=prev, state=given, checkpoint_seq=head.checkpoint_seq)
+            head = SessionHead(seq, prev, given, head.checkpoint_seq)
         staged[session_id] = head
         accepted.append(request)
     heads: list[tuple[int, bytes, str]] = []
@@ -135,7 +130,7 @@ def stage_group(
         if checkpoint_every and head.seq - head.checkpoint_seq >= checkpoint_every:
             state_json = encode_state(head.state)
             checkpoints.append((session_id, head.seq, state_json, PROJECTION_FINGERPRINT))
-            staged[session_id] = attrs.evolve(head, checkpoint_seq=head.seq)
+            staged[session_id] = head._replace(checkpoint_seq=head.seq)
     plan = Plan(
         creates=creates,
         auto_creates=auto_creates,
