@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -286,3 +287,27 @@ async def test_a_call_whose_event_stream_the_server_closes_is_resumed_and_runs_o
         {"tool": "poll_note", "arguments": {"name": "a"}},
         {"tool": "poll_note", "arguments": {"name": "b"}},
     ]
+
+
+@pytest.mark.parametrize("json", [False, True], ids=["event-stream", "json"])
+async def test_calls_reuse_kept_alive_connections(tmp_path: pathlib.Path, json: bool) -> None:
+    """uvicorn keeps connections alive: ten calls in a row take one or two of them (the gate's
+    count, logged when it stops), each call still answered and run once."""
+    rules = rules_file(tmp_path, 'allow = ["read_*"]\n')
+    log_path = tmp_path / "gate.log"
+    argv = ["-m", "broker.cli", "mcp-gate", "--store", ":memory:", "--rules", rules]
+    with trio.fail_after(TIMEOUT), log_path.open("w") as errlog:
+        async with http_upstream(tmp_path, json=json) as url:
+            argv += ["--log-level", "INFO", "--upstream-url", url]
+            params = StdioServerParameters(command=sys.executable, args=argv, cwd=str(ROOT))
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write) as gated:
+                    await gated.initialize()
+                    for n in range(10):
+                        result = await gated.call_tool("read_note", {"name": f"n{n}"})
+                        assert text_of(result) == f"contents of n{n}"
+    assert len(recorded(tmp_path)) == 10
+    (line,) = [x for x in log_path.read_text().splitlines() if "HTTP connections" in x]
+    opened, reused = map(int, re.findall(r"(\d+) opened, (\d+) requests", line)[0])
+    assert opened <= 3, line
+    assert reused >= 10, line

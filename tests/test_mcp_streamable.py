@@ -9,6 +9,8 @@ import contextlib
 import functools
 import itertools
 import json
+import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 
 from broker import MemoryStore, open_broker
 from broker.mcp import GateRules, UpstreamUrl, relay
+from broker.mcp._http import MAX_IDLE
 from broker.mcp._messages import canonical
 from broker.mcp._sse import SseParser, TooLong
 from broker.mcp._streamable import RESUME_ATTEMPTS, open_streamable_upstream
@@ -599,3 +602,186 @@ async def test_the_servers_own_stream_is_resumed_with_last_event_id() -> None:
     assert "last-event-id" not in first.headers
     assert second.headers["last-event-id"] == "g1"
     assert second.headers["mcp-session-id"] == "s-1"
+
+
+@asynccontextmanager
+async def keepalive_server(
+    reply: Reply,
+    *,
+    hang_up: Callable[[Seen], bool] = lambda seen: False,
+    hold: int = 0,
+    nagle: bool = False,
+) -> AsyncIterator[tuple[str, list[tuple[int, Seen]], trio.Event]]:
+    """An HTTP/1.1 server that keeps connections open (``content-length``, no ``connection:
+    close``); yields its URL, each request with the number of its connection, and an event set
+    whenever it hung up silently after a response (``hang_up(seen)``: an idle timeout). With
+    *hold*, no request is answered before that many arrived. A reply is written in parts,
+    split at ``PAUSE`` (20 ms apart); with *nagle*, Nagle's algorithm is on, and the head and
+    the body of a reply are written separately."""
+    seen: list[tuple[int, Seen]] = []
+    hung_up, all_in = trio.Event(), trio.Event()
+    numbers = itertools.count()
+
+    async def handle(stream: trio.SocketStream) -> None:
+        number = next(numbers)
+        if nagle:
+            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
+        connection = h11.Connection(h11.SERVER)
+        request: h11.Request | None = None
+        body = b""
+        while True:
+            await trio.lowlevel.checkpoint()
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                connection.receive_data(data)
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                assert request is not None
+                headers = {k.decode(): v.decode() for k, v in request.headers}
+                parsed = json.loads(body) if body else None
+                entry = Seen(request.method.decode(), headers, parsed, body)
+                seen.append((number, entry))
+                if len(seen) >= hold:
+                    all_in.set()
+                await all_in.wait()
+                answer = reply(entry).replace(b"connection: close\r\n", b"")
+                if nagle:
+                    answer = answer.replace(b"\r\n\r\n", b"\r\n\r\n" + PAUSE, 1)
+                for n, part in enumerate(answer.split(PAUSE)):
+                    if n and not nagle:
+                        await trio.sleep(0.02)
+                    await stream.send_all(part)
+                if hang_up(entry):
+                    await stream.aclose()
+                    hung_up.set()
+                    return
+                # The reply went out as bytes, not through h11: mirror its states by hand.
+                connection = h11.Connection(h11.SERVER)
+                request, body = None, b""
+            else:
+                return
+
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1")
+        (listener,) = await nursery.start(serve)
+        port = listener.socket.getsockname()[1]
+        yield f"http://127.0.0.1:{port}/mcp", seen, hung_up
+        nursery.cancel_scope.cancel()
+
+
+PAUSE = b"<pause>"
+
+
+def listed(seen: Seen) -> bytes:
+    assert seen.body is not None
+    return ok({"jsonrpc": "2.0", "id": seen.body["id"], "result": {"tools": []}})
+
+
+def listed_as_events(seen: Seen) -> bytes:
+    """An event stream whose end is in the same segment as the answer: read to its end."""
+    assert seen.body is not None
+    return sse({"jsonrpc": "2.0", "id": seen.body["id"], "result": {"tools": []}})
+
+
+@pytest.mark.parametrize("reply", [listed, listed_as_events], ids=["json", "event-stream"])
+async def test_requests_reuse_an_idle_connection(reply: Reply) -> None:
+    async with keepalive_server(reply) as (url, seen, _), gated(url) as client:
+        for n in range(2, 6):
+            await client.write({**LIST, "id": n})
+            assert (await client.message())["id"] == n
+    assert [number for number, _ in seen] == [0, 0, 0, 0]
+    assert all("connection" not in s.headers for _, s in seen)
+
+
+async def test_an_idle_connection_the_server_closed_is_not_used() -> None:
+    """The server hangs up after its first response, as on an idle timeout: the probe sees
+    it and the next request goes on a new connection; nothing is sent twice."""
+    async with keepalive_server(
+        listed, hang_up=lambda s: s.body is not None and s.body["id"] == 2
+    ) as (
+        url,
+        seen,
+        hung_up,
+    ):
+        async with gated(url) as client:
+            await client.write(LIST)
+            assert (await client.message())["id"] == 2
+            await hung_up.wait()
+            await trio.sleep(0.05)  # its FIN reaches the gate's socket
+            await client.write({**LIST, "id": 3})
+            answer = await client.message()
+    assert answer == {"jsonrpc": "2.0", "id": 3, "result": {"tools": []}}
+    assert [(number, s.body["id"] if s.body else None) for number, s in seen] == [(0, 2), (1, 3)]
+
+
+async def test_the_pool_keeps_a_bounded_number_of_idle_connections_for_a_bounded_time() -> None:
+    requests = MAX_IDLE + 4
+    async with keepalive_server(listed, hold=requests) as (url, seen, _):
+        async with open_streamable_upstream(UpstreamUrl.parse(url), max_message_bytes=4096) as up:
+            with trio.fail_after(WAIT):
+                for n in range(requests):  # all in flight at once: one connection each
+                    await up.send_stream.send_all(json.dumps({**LIST, "id": n}).encode() + b"\n")
+                answers = [
+                    json.loads(await up.receive_stream.receive_some()) for _ in range(requests)
+                ]
+                assert sorted(a["id"] for a in answers) == list(range(requests))
+                await trio.testing.wait_all_tasks_blocked(0.01)  # the POSTs' tasks are done
+                assert not up.posts
+                assert (up.pool.opened, up.pool.idle) == (requests, MAX_IDLE)
+                assert len({number for number, _ in seen}) == requests
+                # One more: an idle one carries it.
+                await up.send_stream.send_all(json.dumps({**LIST, "id": 99}).encode() + b"\n")
+                assert json.loads(await up.receive_stream.receive_some())["id"] == 99
+                assert (up.pool.opened, up.pool.reused) == (requests, 1)
+                # Idle for longer than the pool keeps them: a new connection.
+                up.pool.max_age = -1.0
+                await up.send_stream.send_all(json.dumps({**LIST, "id": 100}).encode() + b"\n")
+                assert json.loads(await up.receive_stream.receive_some())["id"] == 100
+                assert up.pool.opened == requests + 1
+                await trio.testing.wait_all_tasks_blocked(0.01)
+                assert up.pool.idle == 1  # the old ones were closed when passed over
+
+
+async def test_a_kept_alive_connection_does_not_wait_for_a_delayed_acknowledgement() -> None:
+    """A server with Nagle's algorithm on writes a response's head, then its body: the body
+    waits until the head is acknowledged, which a delayed acknowledgement holds for ~40 ms
+    on every reused connection unless the gate acknowledges at once (TCP_QUICKACK)."""
+    async with keepalive_server(listed, nagle=True) as (url, seen, _), gated(url) as client:
+        await client.write(LIST)
+        await client.message()
+        start = time.monotonic()
+        for n in range(3, 23):
+            await client.write({**LIST, "id": n})
+            assert (await client.message())["id"] == n
+        took = time.monotonic() - start
+    assert {number for number, _ in seen} == {0}
+    assert took < 0.4, f"20 requests took {took:.3f} s"  # 0.8 s or more when each waits
+
+
+async def test_an_answered_stream_frees_its_id_and_keeps_its_connection() -> None:
+    """The answer passes at once; the stream's end comes later: the connection is kept for
+    the next request, and the id is free again as soon as it was answered."""
+
+    def reply(seen: Seen) -> bytes:
+        assert seen.body is not None
+        answer = {"jsonrpc": "2.0", "id": seen.body["id"], "result": {"tools": []}}
+        stream = b"data: " + json.dumps(answer).encode() + b"\n\n"
+        head = stream_head(len(stream) + 2)
+        return head + stream + PAUSE + b"\n\n"  # the stream ends 20 ms later
+
+    answer = {"jsonrpc": "2.0", "id": 2, "result": {"tools": []}}
+    async with keepalive_server(reply) as (url, seen, _), gated(url) as client:
+        await client.write(LIST)
+        assert await client.message() == answer
+        await client.write(LIST)  # the same id at once: free (its first stream has not ended)
+        assert await client.message() == answer
+        await trio.sleep(0.1)  # both streams ended: their connections are idle
+        await client.write(LIST)
+        assert await client.message() == answer
+    assert [number for number, _ in seen] in ([0, 1, 0], [0, 1, 1])

@@ -1,22 +1,34 @@
-"""The HTTP/1.1 client of the MCP gate's streamable-HTTP upstream: one request per
-connection, on trio, with h11 (the sans-I/O HTTP/1.1 library hypercorn is built on, so every
-install of the broker has it).
+"""The HTTP/1.1 client of the MCP gate's streamable-HTTP upstream, on trio, with h11 (the
+sans-I/O HTTP/1.1 library hypercorn is built on, so every install of the broker has it).
 
 Synopsis::
 
     url = UpstreamUrl.parse("http://127.0.0.1:8000/mcp")     # ValueError: says what to fix
-    async with exchange(url, b"POST", body, headers) as response:
+    pool = Pool()                                            # keep-alive; else one per request
+    async with exchange(url, b"POST", body, headers, pool=pool) as response:
         response.status, response.header(b"content-type")
         while (chunk := await response.next_chunk()) is not None:
             ...
+    await pool.aclose()
 
 Bounds: connecting (and the TLS handshake) within *connect_deadline*; the response's status
 line and headers within :data:`MAX_HEADER_BYTES`; the body is read chunk by chunk, never
 buffered here. Redirects are not followed (the caller sees the 3xx).
+
+Keep-alive: with a :class:`Pool`, a connection whose response was read to its end (and that
+neither side asked to close) is kept idle, at most :data:`MAX_IDLE` of them, each for at most
+:data:`IDLE_AGE` seconds. Before an idle connection carries a request it is probed without
+waiting: if the server closed it (or sent anything unasked) it is dropped and another one is
+taken or opened. A request is never sent twice: should the server close a probed connection
+in the moment before the request reaches it, that request fails (:class:`HttpError`), since
+it may have been received and acted on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import select
+import socket
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -27,11 +39,26 @@ import attrs
 import h11
 import trio
 
-__all__ = ["MAX_HEADER_BYTES", "HttpError", "Response", "UpstreamUrl", "exchange"]
+__all__ = [
+    "IDLE_AGE",
+    "MAX_HEADER_BYTES",
+    "MAX_IDLE",
+    "HttpError",
+    "Pool",
+    "Response",
+    "UpstreamUrl",
+    "exchange",
+]
 
 #: The longest status line and headers a server may send.
 MAX_HEADER_BYTES: Final = 64 * 1024
+#: Idle keep-alive connections a pool keeps, and the seconds each may stay idle (well under
+#: the keep-alive timeouts servers commonly use, 5 s in uvicorn and hypercorn, so that a
+#: server rarely closes one just as a request is sent on it).
+MAX_IDLE: Final = 8
+IDLE_AGE: Final = 2.0
 _CHUNK: Final = 64 * 1024
+_QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)
 
 
 class HttpError(Exception):
@@ -131,11 +158,23 @@ async def _next_event(connection: h11.Connection, stream: trio.abc.Stream) -> ob
         if event is not h11.NEED_DATA:
             await trio.lowlevel.checkpoint()  # events already buffered: still yield
             return event
+        _quick_ack(stream)
         try:
             data = await stream.receive_some(_CHUNK)
         except (trio.BrokenResourceError, OSError) as exc:
             raise HttpError(f"the connection broke: {exc}") from None
         connection.receive_data(bytes(data))  # b"": the server closed it
+
+
+def _quick_ack(stream: trio.abc.Stream) -> None:
+    """Ask the kernel to acknowledge what arrives at once (Linux ``TCP_QUICKACK``, which
+    lapses by itself, so it is asked before each read). On a kept-alive connection a server
+    that writes a response's head and body separately, with Nagle's algorithm on, holds the
+    body until the head is acknowledged: with a delayed acknowledgement that costs ~40 ms."""
+    raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    if _QUICKACK is not None and isinstance(raw, trio.SocketStream):
+        with contextlib.suppress(OSError):  # not TCP, or closed: the read says what is wrong
+            raw.socket.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
 
 def _closed(connection: h11.Connection) -> bool:
@@ -167,6 +206,83 @@ async def _connect(url: UpstreamUrl, connect_deadline: float) -> trio.abc.Stream
     raise HttpError(f"cannot connect within {connect_deadline:g} seconds")
 
 
+@attrs.define(eq=False)
+class _Idle:
+    stream: trio.abc.Stream
+    connection: h11.Connection
+    since: float
+
+
+@attrs.define(eq=False)
+class Pool:
+    """Idle keep-alive connections to one server (module doc), newest used first."""
+
+    max_idle: int = MAX_IDLE
+    max_age: float = IDLE_AGE
+    #: Connections opened, and requests sent on a reused one (for tests and measurements).
+    opened: int = attrs.field(init=False, default=0)
+    reused: int = attrs.field(init=False, default=0)
+    _idle: list[_Idle] = attrs.field(init=False, factory=list)
+    _closed: bool = attrs.field(init=False, default=False)
+
+    @property
+    def idle(self) -> int:
+        """How many connections are idle now."""
+        return len(self._idle)
+
+    async def _take(self) -> _Idle | None:
+        """An idle connection that is still open, or ``None``; the rest are closed.
+
+        Cancellation: none is taken; one found stale is closed all the same.
+        """
+        await trio.lowlevel.checkpoint()
+        now = trio.current_time()
+        while self._idle:
+            idle = self._idle.pop()
+            if now - idle.since <= self.max_age and _still_open(idle.stream):
+                self.reused += 1
+                return idle
+            await trio.aclose_forcefully(idle.stream)
+        return None
+
+    def _keep(self, stream: trio.abc.Stream, connection: h11.Connection) -> bool:
+        """Keep *stream* idle; ``False`` (the caller closes it) when the pool is closed or full."""
+        if self._closed or len(self._idle) >= self.max_idle:
+            return False
+        self._idle.append(_Idle(stream, connection, trio.current_time()))
+        return True
+
+    async def aclose(self) -> None:
+        """Close every idle connection; later ones are closed when their exchange ends.
+
+        Cancellation: they are closed all the same.
+        """
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for each in idle:
+            await trio.aclose_forcefully(each.stream)
+        await trio.lowlevel.checkpoint()
+
+
+def _still_open(stream: trio.abc.Stream) -> bool:
+    """Whether an idle connection is still open, probed without waiting: its socket must have
+    nothing to read (a server's close, or anything it sent unasked, makes it readable)."""
+    raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    if not isinstance(raw, trio.SocketStream):
+        return False
+    try:
+        fd = raw.socket.fileno()
+        if fd < 0:
+            return False
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+            return not poller.poll(0)
+        return not select.select([fd], [], [fd], 0)[0]  # pragma: no cover (no poll)
+    except (OSError, ValueError):
+        return False
+
+
 @asynccontextmanager
 async def exchange(
     url: UpstreamUrl,
@@ -175,21 +291,31 @@ async def exchange(
     headers: list[tuple[bytes, bytes]],
     *,
     connect_deadline: float = 10.0,
+    pool: Pool | None = None,
 ) -> AsyncIterator[Response]:
     """Send one request (*headers* besides ``Host``, ``Content-Length`` and ``Connection``)
-    on a new connection and yield its response once the status and headers arrived (its body is
-    read with :meth:`Response.next_chunk`); the
-    connection is closed on exit. :class:`HttpError` when the exchange breaks.
+    and yield its response once the status and headers arrived (its body is read with
+    :meth:`Response.next_chunk`). Without *pool* the request goes on a new connection, closed
+    on exit; with one, on a probed idle connection of it or a new one, kept idle on exit when
+    the response was read to its end (module doc). :class:`HttpError` when the exchange
+    breaks.
 
     Cancellation: the connection is closed at once, ``Cancelled`` propagates.
     """
-    stream = await _connect(url, connect_deadline)
-    try:
+    idle = await pool._take() if pool is not None else None
+    if idle is not None:
+        stream, connection = idle.stream, idle.connection
+    else:
+        stream = await _connect(url, connect_deadline)
         connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
+        if pool is not None:
+            pool.opened += 1
+    keep = False
+    try:
         every = [
             (b"host", url.authority),
             (b"content-length", str(len(body)).encode("ascii")),
-            (b"connection", b"close"),
+            *([(b"connection", b"close")] if pool is None else []),
             *headers,
         ]
         try:
@@ -206,11 +332,32 @@ async def exchange(
                 break
             if not isinstance(event, h11.InformationalResponse):
                 raise HttpError(f"the server closed the connection ({type(event).__name__})")
-        yield Response(
+        response = Response(
             status=event.status_code,
             headers={name.lower(): value for name, value in event.headers},
             connection=connection,
             stream=stream,
         )
+        yield response
+        keep = pool is not None and _reusable(response)
     finally:
-        await trio.aclose_forcefully(stream)
+        if not (keep and pool is not None and pool._keep(stream, connection)):
+            await trio.aclose_forcefully(stream)
+
+
+def _reusable(response: Response) -> bool:
+    """Whether the response ended (its end may already be buffered though not yet read) and the
+    connection can carry the next request; if so, it is made ready for it."""
+    connection = response._connection
+    while connection.their_state is h11.SEND_BODY:
+        try:
+            event = connection.next_event()  # only what is buffered: no waiting here
+        except h11.RemoteProtocolError:
+            return False
+        if event is h11.NEED_DATA or event is h11.PAUSED:
+            return False
+    if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
+        return False
+    connection.start_next_cycle()
+    data, closed = connection.trailing_data
+    return not data and not closed

@@ -19,7 +19,8 @@ every later request; the session is ended with a ``DELETE`` when the gate stops.
 
 A request's event stream that ends or breaks before its response, after events with ids, is
 resumed with a ``GET`` carrying ``Last-Event-ID`` (handshake revisions only; the POST is never
-sent again, so an allowed call cannot run twice); so is the server's own stream.
+sent again, so an allowed call cannot run twice); so is the server's own stream. Connections
+are kept alive in a bounded pool and probed before reuse (:class:`~broker.mcp._http.Pool`).
 
 The server is untrusted: its messages are bounded by *max_message_bytes* (the request that
 carried an over-long one gets an error), its session id must be visible ASCII, and a request it
@@ -34,7 +35,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 
 import attrs
@@ -50,7 +51,7 @@ from ._frames import (
     parse_frame,
     valid_id,
 )
-from ._http import HttpError, Response, UpstreamUrl, exchange
+from ._http import HttpError, Pool, Response, UpstreamUrl, exchange
 from ._messages import envelope_version
 from ._params import ParamError, ToolHeaders, header_value
 from ._sse import SseParser, TooLong
@@ -73,6 +74,9 @@ LISTEN_ATTEMPTS: Final = 5
 #: (``retry:``), and how many attempts in a row may bring nothing before the request fails.
 RESUME_RETRY: Final = 1.0
 RESUME_ATTEMPTS: Final = 5
+#: Seconds an answered request's event stream gets to end, so that its connection can be
+#: reused (the answer has passed already: nobody waits on this).
+STREAM_END_DEADLINE: Final = 1.0
 #: Lines read from the server waiting for the relay (backpressure on the POSTs beyond).
 _INBOX: Final = 64
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
@@ -100,6 +104,8 @@ class StreamableUpstream:
     protocol_version: bytes | None = attrs.field(init=False, default=None)
     #: id key -> that request's POST, while it is in flight.
     posts: dict[str, _Post] = attrs.field(init=False, factory=dict)
+    #: Idle keep-alive connections to the server.
+    pool: Pool = attrs.field(init=False, factory=Pool)
     #: The ``x-mcp-header`` annotations of the tools the server listed (2026-07-28).
     tools: ToolHeaders = attrs.field(init=False, factory=ToolHeaders)
     closed: bool = attrs.field(init=False, default=False)
@@ -215,7 +221,8 @@ class StreamableUpstream:
             log.info("request %s ended after the gate stopped reading the server", key)
             await trio.lowlevel.checkpoint()
         finally:
-            del self.posts[key]
+            if self.posts.get(key) is post:
+                del self.posts[key]
 
     async def _exchange(
         self,
@@ -228,7 +235,7 @@ class StreamableUpstream:
         events = SseParser(limit=self.max_message_bytes)
         broke: HttpError | None = None
         try:
-            async with exchange(self.url, b"POST", *request) as response:
+            async with exchange(self.url, b"POST", *request, pool=self.pool) as response:
                 if response.status != 200:
                     raise _Failed(_status_text(where, response.status, self.session_id))
                 if method == "initialize":
@@ -275,7 +282,8 @@ class StreamableUpstream:
                 )
             events.reconnected()
             try:
-                async with exchange(self.url, b"GET", b"", self._stream_headers(cursor)) as got:
+                headers = self._stream_headers(cursor)
+                async with exchange(self.url, b"GET", b"", headers, pool=self.pool) as got:
                     kind = got.header(b"content-type") or b""
                     if got.status != 200 or not kind.startswith(b"text/event-stream"):
                         raise _Failed(
@@ -317,7 +325,13 @@ class StreamableUpstream:
         while (chunk := await response.next_chunk()) is not None:
             for data in events.feed(chunk):
                 if await self._deliver(key, method, data):
-                    return True  # its response: the stream has nothing more for anyone
+                    # Its response: the stream has nothing more for anyone. The request is
+                    # done (its id free again); its end is awaited, briefly, to keep the
+                    # connection.
+                    self.posts.pop(key, None)
+                    with trio.move_on_after(STREAM_END_DEADLINE), suppress(HttpError):
+                        await response.next_chunk()  # None: it ended (else it is closed)
+                    return True
         return False
 
     async def _deliver(self, key: str, method: str, data: bytes) -> bool:
@@ -407,7 +421,7 @@ class StreamableUpstream:
                 events.reconnected()
                 try:
                     headers = self._stream_headers(cursor)
-                    async with exchange(self.url, b"GET", b"", headers) as response:
+                    async with exchange(self.url, b"GET", b"", headers, pool=self.pool) as response:
                         kind = response.header(b"content-type") or b""
                         if response.status == 405:
                             log.info("the MCP server has no stream of its own (GET: 405)")
@@ -444,12 +458,16 @@ class StreamableUpstream:
         if self.listening is not None:
             self.listening.cancel()
         self._lines.close()
-        if self.session_id is None:
-            await trio.lowlevel.checkpoint()
-            return
-        with trio.move_on_after(CLOSE_DEADLINE, shield=True):
-            status = await self._status_of(b"DELETE", b"")
-            log.info("the MCP server answered HTTP %s to ending the session", status)
+        if self.session_id is not None:
+            with trio.move_on_after(CLOSE_DEADLINE, shield=True):
+                status = await self._status_of(b"DELETE", b"")
+                log.info("the MCP server answered HTTP %s to ending the session", status)
+        await self.pool.aclose()
+        log.info(
+            "HTTP connections to the MCP server: %d opened, %d requests on a kept-alive one",
+            self.pool.opened,
+            self.pool.reused,
+        )
 
     async def _status_of(self, method: bytes, body: bytes) -> int | None:
         """Send one request whose response has nothing for the client: its status, or
@@ -458,8 +476,8 @@ class StreamableUpstream:
         Cancellation: the connection is closed; ``Cancelled`` propagates.
         """
         try:
-            async with exchange(self.url, method, body, self._headers()) as response:
-                return response.status
+            async with exchange(self.url, method, body, self._headers(), pool=self.pool) as got:
+                return got.status
         except HttpError as exc:
             log.warning("could not send a message to the MCP server: %s", exc)
             await trio.lowlevel.checkpoint()
