@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker import MemoryStore, open_broker
-from broker.mcp import GateRules, UpstreamUrl, relay
+from broker.mcp import GateRules, UpstreamUrl, relay, serve_mcp_gate
 from broker.mcp._http import MAX_IDLE
 from broker.mcp._messages import canonical
 from broker.mcp._sse import SseParser, TooLong
@@ -785,3 +785,45 @@ async def test_an_answered_stream_frees_its_id_and_keeps_its_connection() -> Non
         await client.write(LIST)
         assert await client.message() == answer
     assert [number for number, _ in seen] in ([0, 1, 0], [0, 1, 1])
+
+
+@pytest.mark.parametrize("parsed", [False, True], ids=["string", "UpstreamUrl"])
+async def test_serve_mcp_gate_takes_a_url_as_its_upstream(parsed: bool) -> None:
+    client_send, client_in = trio.testing.memory_stream_one_way_pair()
+    client_out, client_recv = trio.testing.memory_stream_one_way_pair()
+    statuses: list[int | None] = []
+    with trio.fail_after(WAIT):
+        async with scripted_server(lambda seen: ok(LISTED)) as (url, seen):
+            upstream = UpstreamUrl.parse(url) if parsed else url
+            async with open_broker(store=MemoryStore()) as broker, trio.open_nursery() as nursery:
+
+                async def serve() -> None:
+                    gate = serve_mcp_gate(
+                        broker, upstream, client_in=client_in, client_out=client_out
+                    )
+                    statuses.append(await gate)
+
+                nursery.start_soon(serve)
+                client = Peer(client_send, client_recv)
+                await client.write(LIST)
+                assert await client.message() == LISTED
+                await client_send.aclose()
+    assert statuses == [None]
+    assert [s.body for s in seen] == [LIST]
+
+
+@pytest.mark.parametrize(
+    ("upstream", "said"),
+    [([], "command must name the MCP server to start"), ("ftp://x/", "http:// or https://")],
+)
+async def test_serve_mcp_gate_refuses_an_upstream_that_names_no_server(
+    upstream: list[str] | str, said: str
+) -> None:
+    async with open_broker(store=MemoryStore()) as broker:
+        with pytest.raises(ValueError, match=said):
+            await serve_mcp_gate(
+                broker,
+                upstream,
+                client_in=trio.testing.MemoryReceiveStream(),
+                client_out=trio.testing.MemorySendStream(),
+            )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .. import open_broker
-from ..mcp import GateRules, RulesError, UpstreamUrl, serve_mcp_gate, serve_mcp_gate_url
+from ..mcp import GateRules, RulesError, UpstreamUrl, serve_mcp_gate
 from ..store._url import redact_dsn
 from ._errors import EXIT_CHECK_FAILED, CliError
 from ._inbox import port_number, with_inbox
@@ -188,21 +188,9 @@ async def _serve(
     async with open_broker(store=store) as broker:
 
         async def gate() -> None:
-            if isinstance(server, str):
-                await serve_mcp_gate_url(
-                    broker,
-                    server,
-                    client_in=client_in,
-                    client_out=client_out,
-                    rules=rules,
-                    remote_answers=remote,
-                    deadline=deadline,
-                    server_deadline=server_deadline,
-                )
-                return
             status = await serve_mcp_gate(
                 broker,
-                server,
+                server,  # a command, or a URL (a string)
                 client_in=client_in,
                 client_out=client_out,
                 rules=rules,

@@ -13,7 +13,6 @@ from ._messages import refusal_text as refusal_text
 from ._rules import GateRules as GateRules
 from ._rules import RulesError as RulesError
 from ._serve import serve_mcp_gate as serve_mcp_gate
-from ._serve import serve_mcp_gate_url as serve_mcp_gate_url
 
 __all__ = [
     "GateRules",
@@ -24,5 +23,4 @@ __all__ = [
     "refusal_text",
     "relay",
     "serve_mcp_gate",
-    "serve_mcp_gate_url",
 ]

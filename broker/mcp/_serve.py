@@ -6,20 +6,22 @@ Synopsis::
     async with open_broker(store="log.sqlite") as broker:
         status = await serve_mcp_gate(broker, ["npx", "-y", "some-mcp-server"],
                                       client_in=stdin, client_out=stdout)
-        await serve_mcp_gate_url(broker, "http://127.0.0.1:8000/mcp",
-                                 client_in=stdin, client_out=stdout)
+        await serve_mcp_gate(broker, "http://127.0.0.1:8000/mcp",
+                             client_in=stdin, client_out=stdout)
 
 The server's standard error is the gate's own (MCP servers log there). Stopping follows MCP's
 stdio shutdown: close the server's stdin, wait, then SIGTERM, wait, then SIGKILL, each wait
-bounded by :data:`STOP_GRACE`.
+bounded by :data:`STOP_GRACE`. A server at a URL has its session ended with a ``DELETE``.
 """
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
+import attrs
 import trio
 
 from ._gate import MAX_LINE_BYTES, relay
@@ -30,7 +32,7 @@ from ._streamable import open_streamable_upstream
 if TYPE_CHECKING:
     from .._broker import Broker
 
-__all__ = ["STOP_GRACE", "serve_mcp_gate", "serve_mcp_gate_url"]
+__all__ = ["STOP_GRACE", "serve_mcp_gate"]
 
 #: Seconds the server gets to exit after its stdin closed, and again after SIGTERM.
 STOP_GRACE: Final = 2.0
@@ -38,7 +40,7 @@ STOP_GRACE: Final = 2.0
 
 async def serve_mcp_gate(
     broker: Broker,
-    command: Sequence[str],
+    upstream: Sequence[str] | UpstreamUrl | str,
     *,
     client_in: trio.abc.ReceiveStream,
     client_out: trio.abc.SendStream,
@@ -47,70 +49,68 @@ async def serve_mcp_gate(
     deadline: float = 300.0,
     server_deadline: float = 600.0,
 ) -> int | None:
-    """Start *command* as the upstream MCP server and gate the connection between it and the
-    client (:func:`broker.mcp.relay`) until either side closes; returns the server's exit
-    status (``None`` when it had to be killed and its status is unknown).
+    """Gate the connection between the client and the upstream MCP server
+    (:func:`broker.mcp.relay`) until either side closes. *upstream* is the command that starts
+    the server (a list: its stdin and stdout are the connection), or its URL (an
+    :class:`UpstreamUrl`, or a string: ``http://`` or ``https://``, MCP's streamable-HTTP
+    transport, ``broker/mcp/_streamable.py``). Returns the started server's exit status
+    (``None`` when it had to be killed and its status is unknown, and for a URL).
 
-    Raises :class:`OSError` when *command* cannot be started. Cancellation: the relay's
-    teardown runs, the server is stopped (shielded, bounded), ``Cancelled`` propagates.
+    Raises :class:`OSError` when the command cannot be started, :class:`ValueError` when
+    *upstream* names no server or a URL that is not one (saying what to fix). A server at a URL
+    that cannot be reached does not end the gate: each request gets an error. Cancellation: the
+    relay's teardown runs, the server is stopped (shielded, bounded) or its POSTs in flight are
+    closed, ``Cancelled`` propagates.
     """
-    if not command:
+    async with _open_upstream(upstream) as server:
+        await relay(
+            broker,
+            client_in=client_in,
+            client_out=client_out,
+            upstream_in=server.receive_stream,
+            upstream_out=server.send_stream,
+            rules=rules,
+            remote_answers=remote_answers,
+            deadline=deadline,
+            server_deadline=server_deadline,
+        )
+    return server.status
+
+
+@attrs.define(eq=False)
+class _Upstream:
+    """The two byte streams of an upstream server, and the exit status of a started one."""
+
+    receive_stream: trio.abc.ReceiveStream
+    send_stream: trio.abc.SendStream
+    status: int | None = None
+
+
+@asynccontextmanager
+async def _open_upstream(upstream: Sequence[str] | UpstreamUrl | str) -> AsyncIterator[_Upstream]:
+    """The server *upstream* names (:func:`serve_mcp_gate`), started or connected; on exit a
+    started one is stopped (shielded, bounded; its status kept) and a session at a URL is
+    ended."""
+    if isinstance(upstream, str):
+        upstream = UpstreamUrl.parse(upstream)
+    if isinstance(upstream, UpstreamUrl):
+        async with open_streamable_upstream(upstream, max_message_bytes=MAX_LINE_BYTES) as http:
+            yield _Upstream(http.receive_stream, http.send_stream)
+        return
+    if not upstream:
         raise ValueError("command must name the MCP server to start: pass SERVER_CMD ARGS…")
     process = await trio.lowlevel.open_process(
-        list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        list(upstream), stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     assert process.stdin is not None
     assert process.stdout is not None
+    server = _Upstream(process.stdout, process.stdin)
     try:
-        await relay(
-            broker,
-            client_in=client_in,
-            client_out=client_out,
-            upstream_in=process.stdout,
-            upstream_out=process.stdin,
-            rules=rules,
-            remote_answers=remote_answers,
-            deadline=deadline,
-            server_deadline=server_deadline,
-        )
+        yield server
     finally:
         with trio.CancelScope(shield=True):
             await _stop(process)
-    return process.returncode
-
-
-async def serve_mcp_gate_url(
-    broker: Broker,
-    url: str,
-    *,
-    client_in: trio.abc.ReceiveStream,
-    client_out: trio.abc.SendStream,
-    rules: GateRules | None = None,
-    remote_answers: bool = False,
-    deadline: float = 300.0,
-    server_deadline: float = 600.0,
-) -> None:
-    """Gate the connection between the client and the MCP server at *url* (``http://`` or
-    ``https://``, MCP's streamable-HTTP transport; ``broker/mcp/_streamable.py``) until the
-    client closes its stream; the server's session is ended with a ``DELETE``.
-
-    Raises :class:`ValueError` when *url* is not one (saying what to fix). A server that
-    cannot be reached does not end the gate: each request gets an error. Cancellation: the
-    relay's teardown runs, the POSTs in flight are closed, ``Cancelled`` propagates.
-    """
-    target = UpstreamUrl.parse(url)
-    async with open_streamable_upstream(target, max_message_bytes=MAX_LINE_BYTES) as upstream:
-        await relay(
-            broker,
-            client_in=client_in,
-            client_out=client_out,
-            upstream_in=upstream.receive_stream,
-            upstream_out=upstream.send_stream,
-            rules=rules,
-            remote_answers=remote_answers,
-            deadline=deadline,
-            server_deadline=server_deadline,
-        )
+        server.status = process.returncode
 
 
 async def _stop(process: trio.Process) -> None:
