@@ -16,7 +16,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import pytest
@@ -43,7 +43,6 @@ from broker.store._protocol import StoreError
 from broker.store._stage import SessionExistsError
 from broker.store.sqlite import _backend as _sqlite_writer
 from broker.store.sqlite import open_sqlite_reader, open_sqlite_store
-from broker.store.sqlite._schema import Synchronous, connect_writer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -380,9 +379,9 @@ def _dump(path: Path) -> list[list[tuple[object, ...]]]:
 async def test_one_statement_groups_write_what_statement_by_statement_groups_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The group statement (a multi-row INSERT into a TEMP view, its triggers) is the hot path;
-    # the plain statements are the fallback for an SQLite without JSON functions. Both must
-    # store the same bytes.
+    # The group statement (JSON arrays, a TEMP trigger) is the hot path; the plain statements are
+    # the fallback for an SQLite without JSON functions. Both must store the same bytes.
+    monkeypatch.setattr(_sqlite_writer, "_ONE_STATEMENT_MIN_ROWS", 1)  # even one-row groups
     with trio.fail_after(30):
         await _mixed_workload(tmp_path / "one.db")
         monkeypatch.setattr(_sqlite_writer, "install_group_write", lambda _conn: False)
@@ -395,73 +394,11 @@ async def test_one_statement_groups_write_what_statement_by_statement_groups_wri
     verify_store(tmp_path / "many.db")
 
 
-async def test_each_group_is_one_statement_with_no_transaction_around_it(
-    db: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Every statement the writer's connection is given, through a proxy that lists them.
-    statements: list[str] = []
-
-    @attrs.define
-    class Listing:
-        conn: sqlite3.Connection
-
-        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
-            statements.append(sql)
-            return self.conn.execute(sql, *args)
-
-        def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
-            statements.append(sql)
-            return self.conn.executemany(sql, *args)
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(self.conn, name)
-
-    def traced(path: str, synchronous: Synchronous) -> object:
-        return Listing(connect_writer(path, synchronous))
-
-    monkeypatch.setattr(_sqlite_writer, "connect_writer", traced)
-    with trio.fail_after(20):
-        async with open_sqlite_store(db, checkpoint_every=4) as store:
-            await store.create_session("root", None)
-            statements.clear()
-
-            async def session(session_id: str) -> None:
-                await store.append(session_id, _grant(1) + _grant(2))
-                await store.append(session_id, _grant(3) + _grant(4))  # seq 4: a checkpoint
-
-            async with trio.open_nursery() as nursery:
-                for index in range(37):  # groups of odd sizes: padded up to a prepared size
-                    nursery.start_soon(session, f"s{index}")
-            await store.append("root", _grant(3))
-            writes = list(statements)
-            assert writes
-            assert all(sql.startswith("INSERT INTO temp.group_rows VALUES ") for sql in writes)
-            assert store.transactions_committed == len(writes) + 1  # + the create
-            with contextlib.closing(sqlite3.connect(db)) as conn:  # checkpointed by the groups
-                assert conn.execute("SELECT count(*), min(seq) FROM checkpoints").fetchone() == (
-                    37,
-                    4,
-                )
-    async with open_sqlite_store(db) as store:
-        assert sorted(store.session_ids()) == sorted(["root", *(f"s{i}" for i in range(37))])
-        for index in range(37):
-            assert await store.read(f"s{index}") == [*_grant(1), *_grant(2), *_grant(3), *_grant(4)]
-        assert await store.read("root") == _grant(3)
-    verify_store(db)
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        # Each session's head is its last row, and every session reached a checkpoint.
-        heads = conn.execute(
-            "SELECT s.id FROM sessions s JOIN events e ON e.session_id = s.id "
-            "AND e.seq = s.head_seq AND e.hash = s.head_hash"
-        ).fetchall()
-        assert len(heads) == 38
-
-
 async def test_a_session_id_with_a_nul_is_stored_exactly(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # SQLite's JSON functions stop at a NUL: a group creating or checkpointing such a session is
-    # written statement by statement; its event rows are bound as given either way.
+    # SQLite's JSON functions stop at a NUL; such a group is written statement by statement.
+    monkeypatch.setattr(_sqlite_writer, "_ONE_STATEMENT_MIN_ROWS", 1)
     with trio.fail_after(10):
         async with open_sqlite_store(db, checkpoint_every=1) as store:
             await store.create_session("p\x00q", None)

@@ -19,6 +19,7 @@ from ._group import (
     AUTO_CREATE_SQL,
     CHECKPOINT_SQL,
     CREATE_SQL,
+    GROUP_SQL,
     HEAD_SQL,
     INSERT_SQL,
 )
@@ -35,19 +36,19 @@ __all__ = ["read_sessions", "reread_heads", "write_group"]
 
 
 def write_group(
-    conn: sqlite3.Connection, plan: Plan, statement: tuple[str, list[object]] | None
+    conn: sqlite3.Connection, plan: Plan, parameters: tuple[object, ...] | None
 ) -> None:
-    """Write *plan* as ONE transaction: as the one *statement* (SQL, parameters) when given
-    (:func:`broker.store.sqlite._group.group_statement`), else statement by statement. Any
+    """Write *plan* as ONE transaction: as the one statement of *parameters* when given
+    (:func:`broker.store.sqlite._group.group_parameters`), else statement by statement. Any
     error rolls it back; a failed rollback closes *conn* and raises :class:`ConnectionLost`."""
-    if statement is not None and plan.fault is None:
+    if parameters is not None and plan.fault is None:
         # Autocommit: the statement is the transaction; SQLite rolls it back if it fails.
-        conn.execute(*statement)
+        conn.execute(GROUP_SQL, parameters)
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if statement is not None:
-            conn.execute(*statement)
+        if parameters is not None:
+            conn.execute(GROUP_SQL, parameters)
         else:
             _write_statements(conn, plan)
         if plan.fault is not None and not plan.fault_landed:
