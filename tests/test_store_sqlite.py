@@ -8,6 +8,8 @@ Real SQLite files in ``tmp_path`` and the real writer thread, so these tests use
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import random
 import re
@@ -39,10 +41,12 @@ from broker._vocabulary import Outcome, Policy
 from broker.store import StoreLockedError, StoreOpenError
 from broker.store._checkpoint import PROJECTION_FINGERPRINT, decode_state, encode_state
 from broker.store._logtools import verify_store
+from broker.store._plan import Plan
 from broker.store._protocol import StoreError
 from broker.store._stage import SessionExistsError
 from broker.store.sqlite import _backend as _sqlite_writer
 from broker.store.sqlite import open_sqlite_reader, open_sqlite_store
+from broker.store.sqlite._group import group_parameters
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -392,6 +396,26 @@ async def test_one_statement_groups_write_what_statement_by_statement_groups_wri
     assert len(one[1]) == 5 * 14 + 2
     verify_store(tmp_path / "one.db")
     verify_store(tmp_path / "many.db")
+
+
+def test_group_parameters_are_the_json_of_the_rows_byte_for_byte() -> None:
+    # Assembled from the C escaper instead of json.dumps of nested lists: the same text.
+    tricky = ['q"uote', "back\\slash", "ctl\x01\x1f\n\t", "é ✓ \u2028 \ud800", "", "plain"]
+    rows = [
+        (session_id, seq, 5, json.dumps({"v": line}, ensure_ascii=False), b"p" * 32, b"h" * 32)
+        for seq, (session_id, line) in enumerate([(a, b) for a in tricky for b in tricky], start=1)
+    ]
+    heads = [(seq, digest, session_id) for session_id, seq, _, _, _, digest in rows[-3:]]
+    plan = Plan(creates=[], auto_creates=[], rows=rows, heads=heads, checkpoints=[], fault=None)
+    parameters = group_parameters(plan)
+    assert parameters is not None
+    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+    assert parameters[2] == dumps([[row[0], row[1], row[3]] for row in rows])
+    last = {row[0]: index for index, row in enumerate(rows)}
+    assert parameters[5] == dumps([[sid, seq, last[sid]] for seq, _, sid in heads])
+    assert json.loads(parameters[2])[7] == [rows[7][0], rows[7][1], rows[7][3]]
+    nul = attrs.evolve(plan, rows=[("a\x00b", 1, 5, "{}", b"p" * 32, b"h" * 32)], heads=[])
+    assert group_parameters(nul) is None  # SQLite's JSON stops at a NUL: written row by row
 
 
 async def test_a_session_id_with_a_nul_is_stored_exactly(

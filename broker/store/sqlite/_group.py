@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from json.encoder import encode_basestring as _escape
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -92,16 +93,17 @@ def _json_array(items: list[Any]) -> str | None:
 
 
 def nul_free(plan: Plan) -> bool:
-    """Whether no session or parent id of *plan* holds a NUL (SQLite's JSON functions stop at
-    one), so that it may be written as one statement."""
+    """Whether no session or parent id that *plan* creates or checkpoints holds a NUL (SQLite's
+    JSON functions stop at one); :func:`group_parameters` checks the ids of its rows."""
+    if not (plan.creates or plan.auto_creates or plan.checkpoints):
+        return True
     # Heads name only sessions that have rows; checkpoints may stand alone (at close).
-    ids = {row[0] for row in plan.rows}
-    ids.update(checkpoint[0] for checkpoint in plan.checkpoints)
+    ids = [checkpoint[0] for checkpoint in plan.checkpoints]
     for session_id, parent_id, _, _ in plan.creates:
-        ids.add(session_id)
+        ids.append(session_id)
         if parent_id:
-            ids.add(parent_id)
-    ids.update(create[0] for create in plan.auto_creates)
+            ids.append(parent_id)
+    ids.extend(create[0] for create in plan.auto_creates)
     return "\x00" not in "".join(ids)
 
 
@@ -122,17 +124,38 @@ def install_group_write(conn: sqlite3.Connection) -> bool:
     return True
 
 
-def group_parameters(plan: Plan) -> tuple[object, ...]:
-    """The parameters of :data:`GROUP_SQL` for *plan* (made on the trio thread)."""
+def group_parameters(plan: Plan) -> tuple[object, ...] | None:
+    """The parameters of :data:`GROUP_SQL` for *plan* (made on the trio thread), or None if the
+    id of a session with rows holds a NUL (then it is written statement by statement).
+
+    The rows' JSON is assembled from :func:`json.encoder.encode_basestring` (the C escaper
+    ``json.dumps`` itself uses) — the same text as ``json.dumps`` of the nested lists, without
+    building them: every durable row passes here, on the trio thread."""
     rows = plan.rows
-    index = {row[0]: position for position, row in enumerate(rows)}  # last row per session
+    escaped: dict[str, str] = {}  # each session id, escaped once
+    index: dict[str, int] = {}  # the last row of each session
+    parts: list[str] = []
+    add = parts.append
+    for position, (session_id, seq, _, line, _, _) in enumerate(rows):
+        sid = escaped.get(session_id)
+        if sid is None:
+            if "\x00" in session_id:
+                return None
+            sid = escaped[session_id] = _escape(session_id)
+        index[session_id] = position
+        add(f"[{sid},{seq},{_escape(line)}]")
+    heads = plan.heads
     return (
         _json_array([[session_id, parent_id] for session_id, parent_id, _, _ in plan.creates]),
         _json_array([session_id for session_id, _, _, _ in plan.auto_creates]),
-        _json_array([[row[0], row[1], row[3]] for row in rows]),
+        f"[{','.join(parts)}]" if parts else None,
         b"".join([row[4] for row in rows]),
         b"".join([row[5] for row in rows]),
-        _json_array([[session_id, seq, index[session_id]] for seq, _, session_id in plan.heads]),
+        (
+            f"[{','.join([f'[{escaped[sid]},{seq},{index[sid]}]' for seq, _, sid in heads])}]"
+            if heads
+            else None
+        ),
         _json_array([list(checkpoint) for checkpoint in plan.checkpoints]),
         plan.ts_ms,
     )
