@@ -102,7 +102,8 @@ class RemoteAnswerer:
         )
         # Registered before publishing: whatever happens from here, the board learns the end.
         question.hooks.append(lambda outcome: self.board.retire(question.id, outcome))
-        await self.board.publish(pending)
+        # Its decided is not sequenced yet: it will follow every event sequenced so far.
+        await self.board.publish(pending, after_seq=session.state.events)
         with trio.move_on_after(self.deadline if self.deadline is not None else math.inf):
             answer = await self.board.wait_answer(question.id)
             if answer.always and self.grant is not None:

@@ -155,8 +155,12 @@ def check_answer(outcome: object, by: object) -> Outcome:
 class AnswerBoard(Protocol):
     """Questions put up for answers from elsewhere, and their first answers (module doc)."""
 
-    async def publish(self, question: PendingQuestion) -> None:
+    async def publish(self, question: PendingQuestion, *, after_seq: int | None = None) -> None:
         """Put *question* up; durable (visible to every reader of the board) on return.
+
+        *after_seq*: the seq its session's log had reached when it was put up — its
+        ``approval/decided``, when it comes, follows it — so a board that reads the log looks
+        only at the events after it. None: unknown (the whole log may be read).
 
         Cancellation: the question may or may not have been put up; retire it either way.
         """

@@ -89,8 +89,9 @@ class MemoryBoard:
     _entries: dict[str, _Entry] = attrs.field(factory=dict, init=False)
     _settled_order: collections.deque[str] = attrs.field(factory=collections.deque, init=False)
 
-    async def publish(self, question: PendingQuestion) -> None:
-        """Put *question* up (module doc of :mod:`._board`). Cancellation: a plain checkpoint."""
+    async def publish(self, question: PendingQuestion, *, after_seq: int | None = None) -> None:
+        """Put *question* up (module doc of :mod:`._board`); *after_seq* is not needed here (the
+        board is told every settlement). Cancellation: a plain checkpoint."""
         await trio.lowlevel.checkpoint()
         if question.id in self._entries:
             raise ValueError(

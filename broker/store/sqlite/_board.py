@@ -174,8 +174,9 @@ class SqliteBoard:
             # Not abandoned on cancellation: a write either completes or never started.
             return await trio.to_thread.run_sync(call)
 
-    async def publish(self, question: PendingQuestion) -> None:
-        """Put *question* up; durable on return. Cancellation: waits for the write."""
+    async def publish(self, question: PendingQuestion, *, after_seq: int | None = None) -> None:
+        """Put *question* up; durable on return (*after_seq* is not used: SQLite's board reads
+        the log by time). Cancellation: waits for the write."""
         text = json.dumps(converter.unstructure(question), separators=(",", ":"))
 
         def write(conn: sqlite3.Connection) -> None:
