@@ -17,6 +17,7 @@ from broker import (
     Broker,
     Outcome,
     Session,
+    answer_board,
     open_broker,
 )
 
@@ -126,3 +127,30 @@ async def test_an_aborted_question_refuses_the_answer_naming_cancelled(
             await broker.answer(question_id, Outcome.ALLOWED_ONCE, by="late")
 
     assert await _asking(postgres_dsn, before, abort_then_answer) == [Outcome.CANCELLED]
+
+
+async def test_a_board_an_older_broker_made_gains_the_column_when_first_answered(
+    postgres_dsn: str,
+) -> None:
+    def older_board(question_id: str) -> None:
+        with psycopg.connect(postgres_dsn) as conn:
+            conn.execute("ALTER TABLE broker.board_questions DROP COLUMN after_seq")
+
+    async def answer_from_a_new_process(
+        broker: Broker, question_id: str, _signal: AbortSignal, outcomes: list[Outcome]
+    ) -> None:
+        board = answer_board(postgres_dsn)  # as `broker answer` in another process makes it
+        try:
+            await board.answer(question_id, Outcome.ALLOWED_ONCE, by="carol")
+        finally:
+            await board.aclose()
+        await _returned(outcomes)
+
+    assert await _asking(postgres_dsn, older_board, answer_from_a_new_process) == [
+        Outcome.ALLOWED_ONCE
+    ]
+    with psycopg.connect(postgres_dsn) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'broker' "
+            "AND table_name = 'board_questions' AND column_name = 'after_seq'"
+        ).fetchone() == (1,)

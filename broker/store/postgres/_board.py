@@ -131,6 +131,15 @@ def _table_exists(conn: Connection[Any], schema: str, name: str) -> bool:
     return row is not None and row[0] is not None
 
 
+def _column_exists(conn: Connection[Any], schema: str, table: str, column: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+        "AND column_name = %s",
+        (schema, table, column),
+    ).fetchone()
+    return row is not None
+
+
 def _answer_from(row: tuple[Any, ...]) -> RemoteAnswer:
     question_id, outcome, by, at_ms, always = row
     return RemoteAnswer(
@@ -220,8 +229,10 @@ class PostgresBoard:
 
     def _has_board(self, conn: Connection[Any]) -> bool:
         if not self._ensured and _table_exists(conn, self.schema, "board_answers"):
-            # Made by this version or an older one: bring it to this version's columns once.
-            self._ensure(conn)
+            if _column_exists(conn, self.schema, "board_questions", "after_seq"):
+                self._ensured = True
+            else:
+                self._ensure(conn)  # made by an older broker: add the column, once
         return self._ensured
 
     def _status(self, conn: Connection[Any], question_id: str) -> QuestionStatus | None:
