@@ -3,9 +3,27 @@ definition, row by row."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from broker.store._chain import GENESIS, chain_hash, chain_prefix, chain_rows
+
+
+def test_chain_hash_is_the_documented_byte_form() -> None:
+    # Built by hand from the module's description, not from its structs: the on-disk format.
+    sid, line, prev = "sé", '{"type":"a","data":{"x":"✓"}}', bytes(range(32))
+    expected = hashlib.sha256(
+        b"broker-event-chain-v1\x00"
+        + len(sid.encode()).to_bytes(4, "big")
+        + sid.encode()
+        + (42).to_bytes(8, "big")
+        + (-5).to_bytes(8, "big", signed=True)
+        + len(line.encode()).to_bytes(4, "big")
+        + line.encode()
+        + prev
+    ).digest()
+    assert chain_hash(sid, 42, -5, line, prev) == expected
 
 
 def test_chain_rows_hashes_each_row_as_chain_hash_defines_it() -> None:

@@ -21,8 +21,7 @@ HASH_SIZE = 32
 GENESIS = bytes(HASH_SIZE)
 _DOMAIN = b"broker-event-chain-v1\x00"
 _U32 = struct.Struct(">I")
-_SEQ_TS = struct.Struct(">Qq")  # seq (u64), ts_ms (i64)
-_SEQ_TS_LEN = struct.Struct(">QqI")  # the same, then the line's length (u32)
+_SEQ_TS_LEN = struct.Struct(">QqI")  # seq (u64), ts_ms (i64), the line's length (u32)
 
 
 def chain_prefix(session_id: str) -> bytes:
@@ -41,13 +40,13 @@ def chain_hash(session_id: str, seq: int, ts_ms: int, line: str, prev_hash: byte
 
 
 def chain_hash_after(prefix: bytes, seq: int, ts_ms: int, line: str, prev_hash: bytes) -> bytes:
-    """:func:`chain_hash` with the session's :func:`chain_prefix` already made (the writer
-    keeps one per session: this runs for every row)."""
+    """:func:`chain_hash` with the session's :func:`chain_prefix` already made (for one row;
+    the writer chains a request's rows with :func:`chain_rows`)."""
     if len(prev_hash) != HASH_SIZE:
         raise ValueError(f"prev_hash must be {HASH_SIZE} bytes, got {len(prev_hash)}")
     text = line.encode()
     return hashlib.sha256(
-        b"".join((prefix, _SEQ_TS.pack(seq, ts_ms), _U32.pack(len(text)), text, prev_hash))
+        b"".join((prefix, _SEQ_TS_LEN.pack(seq, ts_ms, len(text)), text, prev_hash))
     ).digest()
 
 

@@ -97,7 +97,7 @@ def nul_free(plan: Plan) -> bool:
     JSON functions stop at one); :func:`group_parameters` checks the ids of its rows."""
     if not (plan.creates or plan.auto_creates or plan.checkpoints):
         return True
-    # Heads name only sessions that have rows; checkpoints may stand alone (at close).
+    # Checkpoints may name sessions without rows (at close); heads never do.
     ids = [checkpoint[0] for checkpoint in plan.checkpoints]
     for session_id, parent_id, _, _ in plan.creates:
         ids.append(session_id)
