@@ -27,6 +27,7 @@ from .._backend import ConnectionLost, LeasesLost
 from .._chain import GENESIS
 from .._protocol import SessionRecord, StoreError, StoreLockedError, StoreOpenError
 from .._url import redact_dsn
+from . import _binary as binary
 from ._jobs import (
     GroupArrays,
     Statements,
@@ -133,15 +134,18 @@ class PostgresBackend:
     def _prepare(self, conn: Connection[tuple[object, ...]]) -> None:
         # A writer paused inside a transaction (SIGSTOP) would hold its sessions' rows: the
         # server ends such a transaction once it has idled for a lease's ttl.
+        # The group's arrays are sent as UTF-8 text (._binary), whatever the database's encoding.
         conn.execute(
             "SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
-            "set_config('application_name', %s, false)",
+            "set_config('application_name', %s, false), "
+            "set_config('client_encoding', 'UTF8', false)",
             (str(self._leases.ttl_ms), f"broker {self.owner}"[:63]),
         )
         conn.commit()
         # Every int is sent as int8: a group's arrays keep one type (psycopg would pick int2,
         # int4 or int8 by value), so the group statement stays one prepared statement.
         conn.adapters.register_dumper(int, Int8BinaryDumper)
+        binary.register(conn.adapters)
 
     def _reconnect(self) -> Connection[tuple[object, ...]]:
         """A new connection after the last one was lost, tried at most
