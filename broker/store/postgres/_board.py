@@ -53,6 +53,7 @@ from .._memory_board import refusal
 from .._protocol import StoreError
 from .._requests import wall_clock_ms
 from .._url import redact_dsn
+from ._native import Prepared, encode_params
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -102,19 +103,21 @@ _STATUS = (
     "WHERE q.id = %s"
 )
 #: Store an answer (and notify the asker) iff the question is on the board, unanswered and not
-#: decided in the log; no row back means nothing was stored.
+#: decided in the log; no row back means nothing was stored. Run by :mod:`._native` (libpq
+#: placeholders): $1 id, $2 always, $3 outcome, $4 answered by, $5 answered at, $6 channel,
+#: $7 payload.
 _ANSWER = (
-    "WITH open AS (SELECT q.id FROM {s}.board_questions q WHERE q.id = %(id)s "
+    "WITH open AS (SELECT q.id FROM {s}.board_questions q WHERE q.id = $1 "
     "AND NOT EXISTS (SELECT 1 FROM {s}.board_answers a WHERE a.question_id = q.id) "
     f"AND NOT EXISTS (SELECT 1 FROM {{s}}.events e WHERE {_AFTER}"
     "AND strpos(e.line, q.id) > 0 "
     "AND e.line::jsonb->>'type' = 'approval/decided' "
     "AND e.line::jsonb->'data'->>'id' = q.id) "
-    "AND (NOT %(always)s OR (q.question::jsonb->>'offersAlways')::boolean IS TRUE)), "
+    "AND (NOT $2::boolean OR (q.question::jsonb->>'offersAlways')::boolean IS TRUE)), "
     "stored AS (INSERT INTO {s}.board_answers (question_id, outcome, answered_by, answered_ms, "
-    "always) SELECT id, %(outcome)s, %(by)s, %(at)s, %(always)s FROM open "
+    "always) SELECT id, $3::text, $4::text, $5::bigint, $2::boolean FROM open "
     "ON CONFLICT (question_id) DO NOTHING RETURNING question_id) "
-    "SELECT pg_notify(%(channel)s, %(payload)s) FROM stored"
+    "SELECT pg_notify($6::text, $7::text) FROM stored"
 )
 _DECIDED_ANYWHERE = (
     "SELECT line::jsonb->'data'->>'outcome' FROM {s}.events "
@@ -174,6 +177,8 @@ class PostgresBoard:
     _recent: collections.OrderedDict[str, RemoteAnswer] = attrs.field(
         factory=collections.OrderedDict, init=False
     )
+    # The answer statement, prepared on the board's query connection (made on first use).
+    _answer_statement: Prepared | None = attrs.field(default=None, init=False)
 
     @property
     def channel(self) -> str:
@@ -185,8 +190,13 @@ class PostgresBoard:
 
     def _connect(self, *, autocommit: bool, name: str) -> Connection[Any]:
         try:
+            # UTF8: the answer statement's parameters go as UTF-8 text (._native).
             return psycopg.connect(
-                self.dsn, autocommit=autocommit, connect_timeout=10, application_name=name
+                self.dsn,
+                autocommit=autocommit,
+                connect_timeout=10,
+                application_name=name,
+                client_encoding="UTF8",
             )
         except psycopg.Error as exc:
             raise StoreError(
@@ -196,6 +206,10 @@ class PostgresBoard:
             ) from exc
 
     async def _run(self, fn: Callable[[Connection[Any]], T]) -> T:
+        async with self._lock:
+            return await self._run_unlocked(fn)
+
+    async def _run_unlocked(self, fn: Callable[[Connection[Any]], T]) -> T:
         def call() -> T:
             if self._conn is None or self._conn.closed:
                 # Autocommit: every operation is one statement (the answer's CTE included), so
@@ -207,14 +221,16 @@ class PostgresBoard:
             except psycopg.OperationalError as exc:
                 conn.close()
                 self._conn = None
-                raise StoreError(
-                    f"the answer board of postgresql store '{redact_dsn(self.dsn)}' lost its "
-                    f"connection: {str(exc).strip().splitlines()[0]}; retry"
-                ) from exc
+                raise self._lost(exc) from exc
 
-        async with self._lock:
-            # Not abandoned on cancellation: a write either completes or never started.
-            return await trio.to_thread.run_sync(call)
+        # Not abandoned on cancellation: a write either completes or never started.
+        return await trio.to_thread.run_sync(call)
+
+    def _lost(self, exc: Exception) -> StoreError:
+        return StoreError(
+            f"the answer board of postgresql store '{redact_dsn(self.dsn)}' lost its "
+            f"connection: {str(exc).strip().splitlines()[0]}; retry"
+        )
 
     def _ensure(self, conn: Connection[Any]) -> None:
         if not self._ensured:
@@ -293,44 +309,64 @@ class PostgresBoard:
                 "always must only be given with allowed-once: always-allow remembers an allow"
             )
 
-        def write(conn: Connection[Any]) -> RemoteAnswer:
-            answer = RemoteAnswer(
-                question_id=question_id,
-                outcome=value,
-                by=by,
-                answered_at_ms=wall_clock_ms(),
-                always=always,
+        if "\x00" in question_id:
+            # No question's id holds a NUL (PostgreSQL text cannot): unknown, refused by name.
+            unknown = refusal(question_id, None)
+            assert unknown is not None
+            raise unknown
+        if by is not None and "\x00" in by:
+            raise ValueError(
+                "by must not contain a NUL character (PostgreSQL text cannot hold one): pass "
+                "the name without it"
             )
-            payload = json.dumps([question_id, value.value, by, answer.answered_at_ms, always])
-            stored = None
-            if self._has_board(conn):
-                # The usual case in one statement: stored (and notified) only if the question is
-                # on the board, unanswered and undecided; a concurrent answer loses on the key.
-                stored = conn.execute(
-                    self._q(_ANSWER),
-                    {
-                        "id": question_id,
-                        "outcome": value.value,
-                        "by": by,
-                        "at": answer.answered_at_ms,
-                        "channel": self.channel,
-                        "payload": payload,
-                        "always": always,
-                    },
-                ).fetchone()
-            if stored is None:
-                status = self._status(conn, question_id)
-                refused = refusal(question_id, status)
-                if refused is None and status is not None:
-                    check_always(status.question, value, always)  # the one other reason
-                # Not stored and not refusable: answered and decided in between; say so.
-                raise refused or AnswerRefusedError(
-                    f"question {question_id!r} was answered or settled meanwhile: retry to see "
-                    "what was recorded"
-                )
+        answer = RemoteAnswer(
+            question_id=question_id,
+            outcome=value,
+            by=by,
+            answered_at_ms=wall_clock_ms(),
+            always=always,
+        )
+        payload = json.dumps([question_id, value.value, by, answer.answered_at_ms, always])
+        params = encode_params(
+            [question_id, always, value.value, by, answer.answered_at_ms, self.channel, payload]
+        )
+        async with self._lock:
+            if not self._ensured or self._conn is None or self._conn.closed:
+                await self._run_unlocked(self._has_board)  # connects; is there a board?
+            conn = self._conn
+            # The usual case in one statement, from this thread (no hand-off to a worker):
+            # stored (and notified) only if the question is on the board, unanswered and
+            # undecided; a concurrent answer loses on the key.
+            stored = self._ensured and conn is not None and await self._answer_native(conn, params)
+        if stored:
             return answer
 
-        return await self._run(write)
+        def refuse(conn: Connection[Any]) -> RemoteAnswer:
+            status = self._status(conn, question_id)
+            refused = refusal(question_id, status)
+            if refused is None and status is not None:
+                check_always(status.question, value, always)  # the one other reason
+            # Not stored and not refusable: answered and decided in between; say so.
+            raise refused or AnswerRefusedError(
+                f"question {question_id!r} was answered or settled meanwhile: retry to see "
+                "what was recorded"
+            )
+
+        return await self._run(refuse)
+
+    async def _answer_native(self, conn: Connection[Any], params: list[bytes | None]) -> bool:
+        """Run :data:`_ANSWER` with *params* (the caller holds the lock); whether it stored."""
+        if self._answer_statement is None:
+            self._answer_statement = Prepared(
+                name=b"broker_board_answer", text=self._q(_ANSWER).as_bytes(conn)
+            )
+        try:
+            result = await self._answer_statement.run(conn, params)
+        except psycopg.OperationalError as exc:
+            conn.close()
+            self._conn = None
+            raise self._lost(exc) from exc
+        return result.ntuples > 0
 
     async def aclose(self) -> None:
         """Close the board's connections (queries and LISTEN); a later use reconnects.
