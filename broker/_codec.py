@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import json.encoder
+import re
 import types
 from collections.abc import Callable
 from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
@@ -235,13 +236,29 @@ def encode_event(event: Event) -> str:
     if fast is not None:
         line = fast(event)
         if line is not None:
-            return line
+            return line if line.isascii() else utf8_safe(line)
     return encode_event_generic(event)
 
 
 def encode_event_generic(event: Event) -> str:
     """:func:`encode_event` through the converter alone (the reference for the fast path)."""
-    return json.dumps(event_to_dict(event), separators=(",", ":"), ensure_ascii=False)
+    return utf8_safe(json.dumps(event_to_dict(event), separators=(",", ":"), ensure_ascii=False))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8_safe(text: str) -> str:
+    """JSON *text* with every lone surrogate written as its ``\\uXXXX`` escape, so that it
+    encodes as UTF-8 and decodes to the same string.
+
+    ``json.loads`` turns ``"\\ud800"`` into a str no codec can write: such a reason or tool
+    name (a client's or a model's) failed its store's write and left the store broken for every
+    later question. Outside its strings JSON is ASCII, so only string contents are touched;
+    text without a surrogate is returned as it is (the usual, ASCII case is one flag test)."""
+    if text.isascii() or _LONE_SURROGATE.search(text) is None:
+        return text
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def event_from_dict(record: object) -> Event:

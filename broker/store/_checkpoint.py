@@ -23,7 +23,7 @@ import attrs
 
 from .. import _projection
 from .._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, problems
-from .._codec import converter, register_wire_type
+from .._codec import converter, register_wire_type, utf8_safe
 from .._errors import BrokerError
 from .._json_names import json_type
 from .._projection import ApprovalState
@@ -74,7 +74,7 @@ register_wire_type(ApprovalState)
 def encode_state(state: ApprovalState) -> str:
     """The compact JSON form of *state* (deterministic: sorted sets, field order)."""
     data = converter.unstructure(state, ApprovalState)
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return utf8_safe(json.dumps(data, separators=(",", ":"), ensure_ascii=False))
 
 
 def decode_state(text: str) -> ApprovalState:
