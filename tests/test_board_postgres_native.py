@@ -104,6 +104,11 @@ async def _refusals(postgres_dsn: str, board: Any) -> None:
                     await board.answer(question_id + "\x00x", Outcome.ALLOWED_ONCE, "mallory")
                 with pytest.raises(ValueError, match="by must not contain a NUL"):
                     await board.answer(question_id, Outcome.ALLOWED_ONCE, "ali\x00ce")
+                # Nor can it carry a lone surrogate (json.loads makes one of "\ud800").
+                with pytest.raises(UnknownQuestionError, match="unknown question id"):
+                    await board.answer(question_id + "\ud800", Outcome.ALLOWED_ONCE, "mallory")
+                with pytest.raises(ValueError, match="by must be text a store can write"):
+                    await board.answer(question_id, Outcome.ALLOWED_ONCE, "ali\udc80ce")
                 assert [q.id for q in await broker.pending()] == [question_id]
                 await board.answer(question_id, Outcome.REJECTED, "ali\x01ce")
             assert outcomes == [Outcome.REJECTED]

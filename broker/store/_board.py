@@ -148,6 +148,14 @@ def check_answer(outcome: object, by: object) -> Outcome:
             f"by must be a non-empty name of at most {MAX_BY} characters (got {shown!r}): "
             "pass who answers, e.g. by='alice'"
         )
+    if by is not None and not by.isascii():
+        try:
+            by.encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                "by must be text a store can write: it holds a lone surrogate (e.g. from "
+                "'\\ud800' in JSON); pass the name without it"
+            ) from None
     assert value is not None
     return value
 

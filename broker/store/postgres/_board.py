@@ -143,6 +143,17 @@ def _column_exists(conn: Connection[Any], schema: str, table: str, column: str) 
     return row is not None
 
 
+def _utf8(text: str) -> bool:
+    """Whether *text* encodes as UTF-8 (no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _answer_from(row: tuple[Any, ...]) -> RemoteAnswer:
     question_id, outcome, by, at_ms, always = row
     return RemoteAnswer(
@@ -309,8 +320,9 @@ class PostgresBoard:
                 "always must only be given with allowed-once: always-allow remembers an allow"
             )
 
-        if "\x00" in question_id:
-            # No question's id holds a NUL (PostgreSQL text cannot): unknown, refused by name.
+        if "\x00" in question_id or not _utf8(question_id):
+            # No question's id holds a NUL or a lone surrogate (PostgreSQL text cannot): unknown,
+            # refused by name.
             unknown = refusal(question_id, None)
             assert unknown is not None
             raise unknown
@@ -363,8 +375,7 @@ class PostgresBoard:
         try:
             result = await self._answer_statement.run(conn, params)
         except psycopg.OperationalError as exc:
-            conn.close()
-            self._conn = None
+            self._conn = None  # Prepared.run closed it
             raise self._lost(exc) from exc
         return result.ntuples > 0
 
