@@ -34,19 +34,28 @@ def _escape(char: str) -> str:
 
 
 def printable(text: str, *, keep_newlines: bool = False) -> str:
-    """*text* with C0/C1 controls, DEL, bidi controls and invisible separators escaped.
+    """*text* with C0/C1 controls, DEL, bidi controls, invisible separators and lone
+    surrogates escaped.
 
-    ``\\x1b`` becomes the four characters ``\\x1b``, U+202E becomes ``\\u202e``; a literal
-    backslash is left alone (the escapes are for a person, not a parser). With
-    ``keep_newlines`` a ``\\n`` stays a line break (for multi-line reasons); ``\\r`` and
-    ``\\t`` are always escaped, since a carriage return can overwrite the line it is on.
+    ``\\x1b`` becomes the four characters ``\\x1b``, U+202E becomes ``\\u202e``, a lone
+    surrogate (``json.loads`` makes one of ``"\\ud800"``; no terminal or codec can write it)
+    becomes ``\\ud800``; a literal backslash is left alone (the escapes are for a person, not
+    a parser). With ``keep_newlines`` a ``\\n`` stays a line break (for multi-line reasons);
+    ``\\r`` and ``\\t`` are always escaped, since a carriage return can overwrite the line it
+    is on.
     """
     out = []
     for char in text:
         code = ord(char)
         if char == "\n" and keep_newlines:
             out.append(char)
-        elif code < 0x20 or 0x7F <= code <= 0x9F or char in _BIDI or char in _INVISIBLE:
+        elif (
+            code < 0x20
+            or 0x7F <= code <= 0x9F
+            or 0xD800 <= code <= 0xDFFF
+            or char in _BIDI
+            or char in _INVISIBLE
+        ):
             out.append(_escape(char))
         else:
             out.append(char)

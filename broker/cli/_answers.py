@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from .._codec import utf8_safe
 from .._display import printable
 from .._vocabulary import Outcome
 from ..store._boards import board_for
@@ -108,7 +109,8 @@ def run_pending(args: argparse.Namespace) -> int:
     questions = trio.run(_pending, board, args.session)
     rows = [_row(q) for q in questions]
     if args.json:
-        print(json.dumps(rows, ensure_ascii=False))
+        # A lone surrogate (a model's "\\ud800") as its JSON escape: stdout cannot write it.
+        print(utf8_safe(json.dumps(rows, ensure_ascii=False)))
         return EXIT_OK
     if not rows:
         print("no questions are waiting for an answer")

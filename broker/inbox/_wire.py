@@ -11,7 +11,7 @@ import json
 
 import attrs
 
-from .._codec import converter, register_wire_type
+from .._codec import converter, register_wire_type, utf8_safe
 from .._display import printable
 from ..store._board import PendingQuestion
 
@@ -138,7 +138,8 @@ def shown_name(by: str) -> str:
 
 
 def dumps(value: object) -> bytes:
-    """*value* (a registered wire type) as compact UTF-8 JSON."""
-    return json.dumps(
-        converter.unstructure(value), separators=(",", ":"), ensure_ascii=False
+    """*value* (a registered wire type) as compact UTF-8 JSON; a lone surrogate (an id a page
+    sent as ``"\\ud800"``) is written as its JSON escape, since UTF-8 cannot hold it."""
+    return utf8_safe(
+        json.dumps(converter.unstructure(value), separators=(",", ":"), ensure_ascii=False)
     ).encode()
