@@ -43,6 +43,7 @@ in the actor itself fails its group and everything queued, then propagates to th
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -87,6 +88,11 @@ _NOT_WRITES = (
     ReleaseRequest,
     RenewRequest,
 )
+
+
+def _refuse_abort(_raise_cancel: object) -> trio.lowlevel.Abort:
+    # The idle actor is woken only by a request or the inbox closing (it runs shielded).
+    return trio.lowlevel.Abort.FAILED
 
 
 @attrs.define(eq=False)
@@ -203,8 +209,11 @@ class GroupWriter:
     inbox_size: int
     clock_ms: Callable[[], int] = wall_clock_ms
     recovery: RecoveryReport = attrs.field(factory=RecoveryReport, init=False)
-    _send: trio.MemorySendChannel[Request] = attrs.field(init=False)
-    _receive: trio.MemoryReceiveChannel[Request] = attrs.field(init=False)
+    # The inbox: requests queued and not yet taken by the actor, at most inbox_size. A plain
+    # deque, not a memory channel: every durable append passes here, and the actor is its one
+    # reader, parked (``_idle``) only while it is empty, woken once by the first request.
+    _inbox: collections.deque[Request] = attrs.field(factory=collections.deque, init=False)
+    _idle: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
     _thread: WorkerThread = attrs.field(init=False)
     # Invariant: the backend's connection is only touched by jobs running on _thread.
     # Invariant: _heads reflects exactly what is committed; only the actor task changes it.
@@ -212,7 +221,7 @@ class GroupWriter:
     _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
     # Submitters waiting for room in the inbox (see congested); woken as the actor takes work.
     _room: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
-    # Requests sent to the inbox and not yet taken by the actor (cheaper than statistics()).
+    # Requests in the inbox (its length, kept as a plain attribute: every append reads it).
     backlog: int = attrs.field(default=0, init=False)
     # What each session's next submission must follow; its fences (SubmissionLedger, above).
     _ledger: SubmissionLedger = attrs.field(init=False)
@@ -221,7 +230,6 @@ class GroupWriter:
     _inbox_closed: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._send, self._receive = trio.open_memory_channel[Request](self.inbox_size)
         self._thread = WorkerThread(name=self.backend.thread_name)
         self._ledger = SubmissionLedger(self._heads, self.backend.location)
         self._pipeline = Pipeline(
@@ -262,17 +270,10 @@ class GroupWriter:
         Cancellation: while waiting for room in a full inbox, the request is not queued; once
         queued it may still be carried out (an append may land) — the caller just stops waiting.
         """
-        try:
-            # Fast path without a scheduling round; the wait below is the checkpoint.
-            self._send.send_nowait(request)
-        except trio.WouldBlock:
-            try:
-                await self._send.send(request)
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                raise self.closed_error() from None
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise self.closed_error() from None
-        self.backlog += 1
+        # Fast path without a scheduling round; the wait below is the checkpoint.
+        while self.backlog >= self.inbox_size and not self._inbox_closed:
+            await self._room.park()
+        self._enqueue(request)
         if isinstance(request, AppendRequest):
             self._ledger.handed_over(request)
         await request.wait()
@@ -287,17 +288,25 @@ class GroupWriter:
         if refusal is not None:
             request.fail(refusal)
             return
-        try:
-            self._send.send_nowait(request)
-            self.backlog += 1
-        except trio.WouldBlock:
+        if self.backlog >= self.inbox_size and not self._inbox_closed:
             raise StoreError(
                 f"{self.label} is congested ({self.inbox_size} queued writes): "
                 "await store.wait_for_room() before submitting"
-            ) from None
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise self.closed_error() from None
+            )
+        self._enqueue(request)
         self._ledger.handed_over(request)
+
+    def _enqueue(self, request: Request) -> None:
+        """Put *request* in the inbox (there is room) and wake the actor if it is idle; raises
+        :class:`StoreError` once the inbox is closed."""
+        if self._inbox_closed:
+            raise self.closed_error()
+        self._inbox.append(request)
+        self.backlog += 1
+        idle = self._idle
+        if idle is not None:
+            self._idle = None
+            trio.lowlevel.reschedule(idle)
 
     def _refuse(self, request: Request, error: StoreError) -> None:
         self._ledger.refuse(request, error)
@@ -309,7 +318,7 @@ class GroupWriter:
 
     async def wait_for_room(self) -> None:
         """Wait until the inbox has room. Cancellation: just stops waiting."""
-        while self.congested:
+        while self.congested and not self._inbox_closed:
             await self._room.park()
         await trio.lowlevel.checkpoint()
 
@@ -338,7 +347,11 @@ class GroupWriter:
     def close_inbox(self) -> None:
         """Accept no more requests; the actor finishes the queued ones, then closes (sync)."""
         self._inbox_closed = True
-        self._send.close()
+        self._room.unpark_all()
+        idle = self._idle
+        if idle is not None:
+            self._idle = None
+            trio.lowlevel.reschedule(idle)
 
     async def wait_closed(self) -> None:
         """Wait until the actor released everything. Cancellation: shielded (bounded by I/O)."""
@@ -382,7 +395,7 @@ class GroupWriter:
 
     async def _release(self) -> None:
         """Fail what is still queued, close the connection, stop the thread."""
-        self._receive.close()
+        self._inbox_closed = True
         self._fail_queued()
         self._room.unpark_all()
         # A group still queued behind the one in flight (only after an error in the actor, whose
@@ -399,29 +412,40 @@ class GroupWriter:
         self._closed.set()
 
     def _fail_queued(self) -> None:
-        while True:
-            try:
-                request = self._receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
+        inbox = self._inbox
+        while inbox:
+            request = inbox.popleft()
             self.backlog -= 1
             self._refuse(request, self.closed_error())
 
+    async def _next_group(self) -> list[Request] | None:
+        """Wait until the inbox holds requests and take them (None: closed and empty).
+        Cancellation: the actor runs shielded; its park refuses to be aborted."""
+        inbox = self._inbox
+        if not inbox:
+            if self._inbox_closed:
+                await trio.lowlevel.checkpoint()
+                return None
+            self._idle = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
+            if not inbox:
+                return None  # woken by close_inbox
+        else:
+            # A schedule point per group, as receiving from a channel made.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        available = len(inbox)
+        if self._pipeline.in_flight is None and available >= 2 * _SPLIT_MIN:
+            # The thread is idle and a crowd is waiting: commit half now and stage the
+            # other half while that half commits (one more fsync, half the idle time).
+            group = [inbox.popleft() for _ in range(available // 2)]
+        else:
+            group = list(inbox)
+            inbox.clear()
+        self.backlog -= len(group)
+        return group
+
     async def _serve(self) -> None:
-        async for first in self._receive:
-            available = 1 + self._receive.statistics().current_buffer_used
-            limit = min(available, self.inbox_size)
-            if self._pipeline.in_flight is None and available >= 2 * _SPLIT_MIN:
-                # The thread is idle and a crowd is waiting: commit half now and stage the
-                # other half while that half commits (one more fsync, half the idle time).
-                limit = available // 2
-            group = [first]
-            while len(group) < limit:
-                try:
-                    group.append(self._receive.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            self.backlog -= len(group)
+        while (group := await self._next_group()) is not None:
             if self._room:
                 self._room.unpark_all()
             try:
