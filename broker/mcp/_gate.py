@@ -47,7 +47,9 @@ each frame.
 
 Shutdown: when either side closes its stream, held questions are withdrawn (each settles
 ``cancelled`` with its audit pair), the relay stops reading, the server's stdin is closed;
-requests the server never answered get a JSON-RPC error when the server is gone.
+requests the server never answered get a JSON-RPC error when the server is gone. A client
+that closes its stream (MCP's stdio shutdown, or a piped client right after its last request)
+first gets what it sent decided and answered, within ``answer_grace`` seconds.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ log = logging.getLogger("broker.mcp")
 
 #: The longest line either side may send (MCP's stdio transport has no limit; ours is 4 MiB).
 MAX_LINE_BYTES: Final = 4 * 1024 * 1024
+#: Seconds between looks at what is still in flight once the client closed its stream.
+_SETTLE_POLL: Final = 0.01
 
 
 @attrs.define(eq=False)
@@ -103,6 +107,8 @@ class _Relay:
     ledger: Ledger
     calls: CallGate
     elicitor: Elicitor
+    #: Seconds what the client sent is still answered after it closed its stream.
+    answer_grace: float = 0.0
     upstream_gone: bool = attrs.field(init=False, default=False)
 
     async def run(self, client_out: trio.abc.SendStream, upstream_out: trio.abc.SendStream) -> None:
@@ -136,8 +142,24 @@ class _Relay:
             await read_lines(self.client_in, self.max_line_bytes, self._on_client_line)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.info("the client's stream broke", exc_info=True)
+        else:
+            await self._settle_in_flight()
         readers.cancel(reason="the MCP client closed its stream")
         await trio.lowlevel.checkpoint()
+
+    async def _settle_in_flight(self) -> None:
+        """The client closed its stream (MCP's stdio shutdown; a piped client does so right
+        after its last request): what it sent before is still decided and answered — held
+        calls by whoever answers, the server's responses relayed — for at most
+        ``answer_grace`` seconds, so a client that left cannot hold the gate open."""
+        if self.answer_grace <= 0:
+            await trio.lowlevel.checkpoint()
+            return
+        with trio.move_on_after(self.answer_grace):
+            await trio.lowlevel.checkpoint()
+            # Polled: both tables change in many places, and this runs once per connection.
+            while self.calls.held or self.calls.retries or self.ledger.upstream_pending:  # noqa: ASYNC110
+                await trio.sleep(_SETTLE_POLL)
 
     async def _reply_client(self, line: bytes) -> None:
         await self.pump.to_client.send(line)
@@ -302,13 +324,16 @@ async def relay(
     deadline: float = 300.0,
     server_deadline: float = 600.0,
     max_line_bytes: int = MAX_LINE_BYTES,
+    answer_grace: float = 0.0,
 ) -> None:
     """Gate one MCP connection (module doc) in a new session of *broker*, until either side
     closes its stream; both output streams are closed on return.
 
     *remote_answers* races the store's answer board against elicitation; *deadline* bounds
     the wait for each (seconds). A request forwarded to the server that it leaves unanswered
-    for *server_deadline* seconds is answered with an error (and cancelled upstream).
+    for *server_deadline* seconds is answered with an error (and cancelled upstream). Once
+    the client closed its stream, what it sent before is still decided and answered for up to
+    *answer_grace* seconds (``0``: the connection ends at once).
 
     Cancellation: held questions settle ``cancelled`` with their audit pairs (the session's
     teardown), the streams are closed, ``Cancelled`` propagates.
@@ -319,6 +344,8 @@ async def relay(
         raise ValueError(
             f"server_deadline must be between 0 and 86400 seconds, got {server_deadline!r}"
         )
+    if not (0 <= answer_grace <= 60):
+        raise ValueError(f"answer_grace must be between 0 and 60 seconds, got {answer_grace!r}")
     if max_line_bytes < 1024:
         raise ValueError(f"max_line_bytes must be at least 1024, got {max_line_bytes!r}")
     rules = rules or GateRules()
@@ -342,6 +369,7 @@ async def relay(
             ledger=ledger,
             calls=calls,
             elicitor=elicitor,
+            answer_grace=answer_grace,
         )
         remote = broker.remote_answerer(deadline=deadline) if remote_answers else None
         async with broker.answerer(waterfall(elicitor, rules, remote), scope=session.agent):

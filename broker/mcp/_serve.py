@@ -26,6 +26,7 @@ import trio
 
 from ._gate import MAX_LINE_BYTES, relay
 from ._http import UpstreamUrl
+from ._pump import DRAIN_GRACE
 from ._rules import GateRules
 from ._streamable import open_streamable_upstream
 
@@ -48,13 +49,16 @@ async def serve_mcp_gate(
     remote_answers: bool = False,
     deadline: float = 300.0,
     server_deadline: float = 600.0,
+    answer_grace: float = DRAIN_GRACE,
 ) -> int | None:
     """Gate the connection between the client and the upstream MCP server
     (:func:`broker.mcp.relay`) until either side closes. *upstream* is the command that starts
     the server (a list: its stdin and stdout are the connection), or its URL (an
     :class:`UpstreamUrl`, or a string: ``http://`` or ``https://``, MCP's streamable-HTTP
     transport, ``broker/mcp/_streamable.py``). Returns the started server's exit status
-    (``None`` when it had to be killed and its status is unknown, and for a URL).
+    (``None`` when it had to be killed and its status is unknown, and for a URL). Once the
+    client closed its stream, what it sent before is still decided and answered (the server's
+    responses relayed) for up to *answer_grace* seconds.
 
     Raises :class:`OSError` when the command cannot be started, :class:`ValueError` when
     *upstream* names no server or a URL that is not one (saying what to fix). A server at a URL
@@ -73,6 +77,7 @@ async def serve_mcp_gate(
             remote_answers=remote_answers,
             deadline=deadline,
             server_deadline=server_deadline,
+            answer_grace=answer_grace,
         )
     return server.status
 
