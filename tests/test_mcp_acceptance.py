@@ -28,7 +28,14 @@ from mcp.client.context import ClientRequestContext
 
 from broker import Outcome
 from broker.mcp import refusal_text
-from tests.test_mcp_interop import connect_pinned, wait_pending
+from tests.test_mcp_interop import (
+    broker_cli,
+    connect_pinned,
+    recorded,
+    rules_file,
+    text_of,
+    wait_pending,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -159,36 +166,8 @@ def sdk_upstream_argv(tmp_path: pathlib.Path) -> list[str]:
     return [sys.executable, "-m", "tests.mcp.upstream", str(tmp_path / "record.jsonl")]
 
 
-def recorded(tmp_path: pathlib.Path) -> list[dict[str, Any]]:
-    path = tmp_path / "record.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 def gate_argv(*gate_args: str) -> list[str]:
     return [sys.executable, "-m", "broker.cli", "mcp-gate", *gate_args, "--"]
-
-
-def rules_file(tmp_path: pathlib.Path, text: str) -> str:
-    path = tmp_path / "gate.toml"
-    path.write_text(text)
-    return str(path)
-
-
-def broker_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "broker.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-        cwd=ROOT,
-    )
-
-
-def text_of(result: types.CallToolResult) -> str:
-    (block,) = result.content
-    assert isinstance(block, types.TextContent)
-    return block.text
 
 
 Elicit = Any
