@@ -33,7 +33,7 @@ import attrs
 import outcome
 import trio
 
-from .store._ticket import Ticket
+from .store._requests import Ticket
 
 if TYPE_CHECKING:
     from .store._protocol import Durability
@@ -44,7 +44,7 @@ __all__ = ["BoundedWaits"]
 class _Parked(Protocol):
     """One parked task, in its host's map of outstanding waits until woken — once, with True
     (resolved), False (overdue) or None (the timer stopped: wait on without it). A store's own
-    :class:`~broker.store._ticket.Ticket` is its own entry; any other ticket gets a
+    :class:`~broker.store._requests.Ticket` is its own entry; any other ticket gets a
     :class:`_Wait`."""
 
     @property

@@ -40,7 +40,7 @@ from broker.store._protocol import (
     StoreError,
     StoreHead,
 )
-from broker.store._ticket import Ticket
+from broker.store._requests import Ticket
 
 
 @attrs.define(eq=False)

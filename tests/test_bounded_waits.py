@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from broker._bounded_waits import BoundedWaits
-from broker.store._ticket import Ticket
+from broker.store._requests import Ticket
 
 
 async def _quiet() -> None:

@@ -10,7 +10,7 @@ import attrs
 from .._events import ApprovalAsked, ApprovalDecided
 from ..store._forwarding import ForwardingStore
 from ..store._protocol import StoreError
-from ..store._ticket import Ticket
+from ..store._requests import Ticket
 
 if TYPE_CHECKING:
     from .._events import Event

@@ -1,8 +1,8 @@
 """Event stores: the protocol, the in-memory store, and the durable stores.
 
 The store-neutral parts — the group-commit writer (:mod:`._writer`), staging with the hash
-chain and checkpoints (:mod:`._stage`, :mod:`._chain`, :mod:`._checkpoint`), tickets
-(:mod:`._ticket`, :mod:`._requests`), recovery (:mod:`._recovery`) — live here; each durable
+chain and checkpoints (:mod:`._stage`, :mod:`._chain`, :mod:`._checkpoint`), tickets and
+requests (:mod:`._requests`), recovery (:mod:`._recovery`) — live here; each durable
 store adds its SQL and connection in its own folder: :mod:`broker.store.sqlite`,
 :mod:`broker.store.postgres`. :func:`open_store` opens the one a URL names.
 """

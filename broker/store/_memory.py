@@ -14,7 +14,7 @@ import trio
 
 from .._projection import ApprovalState, fold
 from ._protocol import Durability, SessionRecord, StoreError, StoreHead
-from ._ticket import DURABLE
+from ._requests import DURABLE
 
 if TYPE_CHECKING:
     from .._events import Event
