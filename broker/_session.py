@@ -34,19 +34,12 @@ from ._agent import Agent
 from ._appends import Lifecycle, SessionLog, if_pending
 from ._collapse import collapse_single, is_cancellation
 from ._errors import AuditAppendError, SessionClosedError, SessionCrashedError, TurnError
-from ._events import (
-    ApprovalDecided,
-    ApprovalGrant,
-    ApprovalPolicy,
-    Event,
-    TurnEnd,
-    TurnEndReason,
-    TurnStart,
-)
+from ._events import ApprovalDecided, Event, TurnEnd, TurnEndReason, TurnStart
 from ._flight import Withdrawal
+from ._policy_grants import PolicyAndGrants
 from ._projection import EMPTY_STATE, ApprovalState
 from ._questions import Questions
-from ._vocabulary import Delegation, Outcome, Policy
+from ._vocabulary import Delegation, Outcome
 
 if TYPE_CHECKING:
     from ._answerers import AnswererHandle, AnswerFn
@@ -59,11 +52,13 @@ log = logging.getLogger("broker.session")
 
 
 @attrs.define(eq=False, repr=False, init=False)
-class Session:
+class Session(PolicyAndGrants):
     """An open conversation with its own durable log, projection and agent.
 
     Created by :meth:`Broker.start_session`, :meth:`Broker.open_session` or
     :meth:`Broker.delegate`; never construct it yourself. ``parent`` is the delegating session.
+    Its policy and grants (what a question reads of them, and how they change) are
+    :class:`~broker._policy_grants.PolicyAndGrants`.
 
     The session owns: the order of its log and its projection (sequenced synchronously by
     each appending task, module docstring); its questions in flight (:meth:`ask`, one flight
@@ -341,24 +336,7 @@ class Session:
         if self._finished is not None:
             self._finished.set()
 
-    # -- what a question reads: policy, grants, the answerer chain (spec 3, 5, 6) ----------
-
-    @property
-    def effective_policy(self) -> Policy:
-        """The last ``approval/policy`` of this session, else the host's default."""
-        override = self.log.state.policy
-        return self.host.policy if override is None else override
-
-    def is_granted(self, tool_name: str) -> bool:
-        """Whether this session, or a live ancestor, holds a grant for *tool_name*."""
-        if tool_name in self.log.state.grants:
-            return True
-        ancestor = self.parent
-        while ancestor is not None and ancestor.is_open:
-            if tool_name in ancestor.log.state.grants:
-                return True
-            ancestor = ancestor.parent
-        return False
+    # -- what a question reads besides policy and grants (_policy_grants): its answerers ----
 
     def answerer_chain(self) -> list[AnswererHandle]:
         """The answerers consulted for this session's questions, in registration order."""
@@ -374,52 +352,6 @@ class Session:
         if len(lists) == 1:
             return list(lists[0])
         return sorted(itertools.chain.from_iterable(lists), key=lambda h: h.order)
-
-    # -- policy and grants (spec 5, 6) ------------------------------------------------------
-
-    async def set_approval_policy(self, policy: Policy) -> None:
-        """Durably record *policy* (no notice; outside a turn is fine). Cancellation: the event
-        may still land."""
-        event = ApprovalPolicy(policy=policy)
-        await self.log.append(event)
-
-    async def pin_delegated_policy(self, policy: Policy) -> None:
-        """Seed the policy a delegation captured: ``approval/policy {policy, source:
-        "delegation"}`` (spec 8.5). Cancellation: the event may still land."""
-        self.delegated = True
-        event = ApprovalPolicy(policy=policy, source="delegation")
-        await self.log.append(event)
-
-    async def switch_policy(self, policy: Policy) -> bool:
-        """Switch live; True when the effective policy changed (then the agent gets a notice).
-
-        Cancellation: the event may still land, and then the notice is not queued.
-        """
-        previous: list[Policy] = []
-
-        def switch(state: ApprovalState) -> Event | None:
-            current = self.host.policy if state.policy is None else state.policy
-            if current is policy:
-                return None
-            previous.append(current)
-            return ApprovalPolicy(policy=policy)
-
-        if await self.log.append(switch) is None:
-            return False
-        self.agent.queue_switch(previous[0], policy)
-        return True
-
-    async def grant(self, tool_name: str) -> bool:
-        """Remember *tool_name* here (and for live descendants); False when already granted.
-
-        Allowed outside a turn. Cancellation: the grant may still land.
-        """
-        event = ApprovalGrant(tool_name=tool_name)
-
-        def add(state: ApprovalState) -> Event | None:
-            return None if tool_name in state.grants else event
-
-        return await self.log.append(add) is not None
 
     # -- teardown -------------------------------------------------------------------------
 
