@@ -47,6 +47,7 @@ from broker.store._stage import SessionExistsError
 from broker.store.sqlite import _backend as _sqlite_writer
 from broker.store.sqlite import open_sqlite_reader, open_sqlite_store
 from broker.store.sqlite._group import group_parameters
+from broker.store.sqlite._schema import WAL_AUTOCHECKPOINT_PAGES
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -344,6 +345,28 @@ async def test_a_bounded_inbox_makes_callers_wait_not_fail(db: Path) -> None:
                 for index in range(40):
                     nursery.start_soon(store.append, f"s{index}", _grant(1))
             assert len(store.session_ids()) == 40
+
+
+async def test_the_writer_checkpoints_the_wal_only_every_ten_thousand_pages(db: Path) -> None:
+    # Many sessions appending at once dirty one index page each per commit group; SQLite's
+    # default (a checkpoint every 1 000 pages) made every fourth commit also copy the WAL into
+    # the file on the writer's thread. Past 1 000 pages the WAL must go on growing.
+    page_size = 4096
+    with trio.fail_after(60):
+        async with open_sqlite_store(db, checkpoint_every=0) as store:
+
+            async def session(index: int) -> None:
+                for n in range(40):
+                    grant = ApprovalGrant(tool_name=f"t{n}-" + "x" * 200)
+                    await store.append(f"session-{index:04d}-of-the-wal-test", [grant])
+
+            async with trio.open_nursery() as nursery:
+                for index in range(256):
+                    nursery.start_soon(session, index)
+            wal_pages = os.path.getsize(f"{db}-wal") / page_size
+            assert wal_pages > 2 * 1_000, wal_pages
+            assert wal_pages < WAL_AUTOCHECKPOINT_PAGES + 1_000, wal_pages
+    verify_store(db)
 
 
 async def _mixed_workload(path: Path) -> None:
