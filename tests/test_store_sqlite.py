@@ -363,7 +363,7 @@ async def test_the_writer_checkpoints_the_wal_only_every_ten_thousand_pages(db: 
             async with trio.open_nursery() as nursery:
                 for index in range(256):
                     nursery.start_soon(session, index)
-            wal_pages = os.path.getsize(f"{db}-wal") / page_size
+            wal_pages = (await trio.Path(f"{db}-wal").stat()).st_size / page_size
             assert wal_pages > 2 * 1_000, wal_pages
             assert wal_pages < WAL_AUTOCHECKPOINT_PAGES + 1_000, wal_pages
     verify_store(db)
