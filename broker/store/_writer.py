@@ -303,9 +303,13 @@ class GroupWriter:
             raise self.closed_error()
         self._inbox.append(request)
         self.backlog += 1
-        idle = self._idle
+        if self._idle is not None:
+            self._wake_actor()
+
+    def _wake_actor(self) -> None:
+        """Reschedule the actor parked on an empty inbox (once: it is no longer idle)."""
+        idle, self._idle = self._idle, None
         if idle is not None:
-            self._idle = None
             trio.lowlevel.reschedule(idle)
 
     def _refuse(self, request: Request, error: StoreError) -> None:
@@ -348,10 +352,7 @@ class GroupWriter:
         """Accept no more requests; the actor finishes the queued ones, then closes (sync)."""
         self._inbox_closed = True
         self._room.unpark_all()
-        idle = self._idle
-        if idle is not None:
-            self._idle = None
-            trio.lowlevel.reschedule(idle)
+        self._wake_actor()
 
     async def wait_closed(self) -> None:
         """Wait until the actor released everything. Cancellation: shielded (bounded by I/O)."""
