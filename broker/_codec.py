@@ -248,6 +248,12 @@ def encode_event_generic(event: Event) -> str:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def utf8_encodable(text: str) -> bool:
+    """Whether *text* encodes as UTF-8: it holds no lone surrogate (``json.loads`` makes one of
+    ``"\\ud800"``). The usual, ASCII case is one flag test."""
+    return text.isascii() or _LONE_SURROGATE.search(text) is None
+
+
 def utf8_safe(text: str) -> str:
     """JSON *text* with every lone surrogate written as its ``\\uXXXX`` escape, so that it
     encodes as UTF-8 and decodes to the same string.
@@ -256,7 +262,7 @@ def utf8_safe(text: str) -> str:
     name (a client's or a model's) failed its store's write and left the store broken for every
     later question. Outside its strings JSON is ASCII, so only string contents are touched;
     text without a surrogate is returned as it is (the usual, ASCII case is one flag test)."""
-    if text.isascii() or _LONE_SURROGATE.search(text) is None:
+    if utf8_encodable(text):
         return text
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 

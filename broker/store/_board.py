@@ -32,6 +32,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from .._codec import utf8_encodable
 from .._errors import BrokerError
 from .._vocabulary import Outcome
 
@@ -148,14 +149,11 @@ def check_answer(outcome: object, by: object) -> Outcome:
             f"by must be a non-empty name of at most {MAX_BY} characters (got {shown!r}): "
             "pass who answers, e.g. by='alice'"
         )
-    if by is not None and not by.isascii():
-        try:
-            by.encode()
-        except UnicodeEncodeError:
-            raise ValueError(
-                "by must be text a store can write: it holds a lone surrogate (e.g. from "
-                "'\\ud800' in JSON); pass the name without it"
-            ) from None
+    if by is not None and not utf8_encodable(by):
+        raise ValueError(
+            "by must be text a store can write: it holds a lone surrogate (e.g. from "
+            "'\\ud800' in JSON); pass the name without it"
+        )
     assert value is not None
     return value
 

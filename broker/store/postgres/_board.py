@@ -39,7 +39,7 @@ import psycopg
 import trio
 from psycopg import sql
 
-from ..._codec import converter, register_wire_type
+from ..._codec import converter, register_wire_type, utf8_encodable
 from ..._vocabulary import Outcome
 from .._board import (
     AnswerRefusedError,
@@ -141,17 +141,6 @@ def _column_exists(conn: Connection[Any], schema: str, table: str, column: str) 
         (schema, table, column),
     ).fetchone()
     return row is not None
-
-
-def _utf8(text: str) -> bool:
-    """Whether *text* encodes as UTF-8 (no lone surrogate)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _answer_from(row: tuple[Any, ...]) -> RemoteAnswer:
@@ -320,7 +309,7 @@ class PostgresBoard:
                 "always must only be given with allowed-once: always-allow remembers an allow"
             )
 
-        if "\x00" in question_id or not _utf8(question_id):
+        if "\x00" in question_id or not utf8_encodable(question_id):
             # No question's id holds a NUL or a lone surrogate (PostgreSQL text cannot): unknown,
             # refused by name.
             unknown = refusal(question_id, None)
