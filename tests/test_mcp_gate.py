@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -713,3 +714,37 @@ async def test_a_tool_the_rules_allow_is_remembered_after_its_first_call() -> No
     assert (second.answered_by, second.remembered) == (None, True)
     grants = [e for e in wire.events() if isinstance(e, ApprovalGrant)]
     assert [g.tool_name for g in grants] == ["read_note"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "text"),
+    [
+        ("deadline", 0, "deadline must be between 0 and 86400 seconds, got 0"),
+        (
+            "server_deadline",
+            86401,
+            "server_deadline must be between 0 and 86400 seconds, got 86401",
+        ),
+        ("answer_grace", -1, "answer_grace must be between 0 and 60 seconds, got -1"),
+        ("answer_grace", 61, "answer_grace must be between 0 and 60 seconds, got 61"),
+        ("max_line_bytes", 1023, "max_line_bytes must be at least 1024, got 1023"),
+    ],
+)
+async def test_relay_refuses_an_option_out_of_range_before_opening_a_session(
+    option: str, value: float, text: str
+) -> None:
+    store = MemoryStore()
+    streams = {
+        name: trio.testing.memory_stream_one_way_pair()[index]
+        for name, index in (
+            ("client_in", 1),
+            ("client_out", 0),
+            ("upstream_in", 1),
+            ("upstream_out", 0),
+        )
+    }
+    with trio.fail_after(5):
+        async with open_broker(store=store) as broker:
+            with pytest.raises(ValueError, match=rf"^{re.escape(text)}$"):
+                await relay(broker, **streams, **{option: value})  # type: ignore[arg-type]
+    assert store.session_ids() == []
