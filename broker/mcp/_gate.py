@@ -85,12 +85,15 @@ from ._rules import GateRules
 if TYPE_CHECKING:
     from .._broker import Broker
 
-__all__ = ["GATE_ID_PREFIX", "MAX_HELD", "MAX_LINE_BYTES", "REASON_ARGUMENTS", "relay"]
+__all__ = ["ANSWER_GRACE", "GATE_ID_PREFIX", "MAX_HELD", "MAX_LINE_BYTES", "REASON_ARGUMENTS", "relay"]
 
 log = logging.getLogger("broker.mcp")
 
 #: The longest line either side may send (MCP's stdio transport has no limit; ours is 4 MiB).
 MAX_LINE_BYTES: Final = 4 * 1024 * 1024
+#: Seconds what a client sent is still decided and answered after it closed its stream, in
+#: ``broker mcp-gate`` (:func:`serve_mcp_gate`); :func:`relay` itself defaults to 0.
+ANSWER_GRACE: Final = 2.0
 #: Seconds between looks at what is still in flight once the client closed its stream.
 _SETTLE_POLL: Final = 0.01
 

@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from ._gate import MAX_LINE_BYTES, relay
+from ._gate import ANSWER_GRACE, MAX_LINE_BYTES, relay
 from ._http import UpstreamUrl
-from ._pump import DRAIN_GRACE
 from ._rules import GateRules
 from ._streamable import open_streamable_upstream
 
@@ -49,7 +48,7 @@ async def serve_mcp_gate(
     remote_answers: bool = False,
     deadline: float = 300.0,
     server_deadline: float = 600.0,
-    answer_grace: float = DRAIN_GRACE,
+    answer_grace: float = ANSWER_GRACE,
 ) -> int | None:
     """Gate the connection between the client and the upstream MCP server
     (:func:`broker.mcp.relay`) until either side closes. *upstream* is the command that starts
