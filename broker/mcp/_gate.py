@@ -85,7 +85,14 @@ from ._rules import GateRules
 if TYPE_CHECKING:
     from .._broker import Broker
 
-__all__ = ["ANSWER_GRACE", "GATE_ID_PREFIX", "MAX_HELD", "MAX_LINE_BYTES", "REASON_ARGUMENTS", "relay"]
+__all__ = [
+    "ANSWER_GRACE",
+    "GATE_ID_PREFIX",
+    "MAX_HELD",
+    "MAX_LINE_BYTES",
+    "REASON_ARGUMENTS",
+    "relay",
+]
 
 log = logging.getLogger("broker.mcp")
 
