@@ -52,6 +52,7 @@ from ._signal import AbortSignal as AbortSignal
 from ._vocabulary import Delegation as Delegation
 from ._vocabulary import Outcome as Outcome
 from ._vocabulary import Policy as Policy
+from ._vocabulary import Source as Source
 from .store._board import AnswerBoard as AnswerBoard
 from .store._board import AnswerRefusedError as AnswerRefusedError
 from .store._board import PendingQuestion as PendingQuestion
@@ -109,6 +110,7 @@ __all__ = [
     "SessionFencedError",
     "SessionOwnedError",
     "SessionRecord",
+    "Source",
     "StoreError",
     "ToolCalled",
     "ToolResulted",

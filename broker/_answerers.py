@@ -23,7 +23,7 @@ import trio
 
 from ._decision import Answer
 from ._flight import Flight, Withdrawal
-from ._vocabulary import Outcome
+from ._vocabulary import Outcome, Source
 from ._waterfall import run_chain
 
 if TYPE_CHECKING:
@@ -56,8 +56,21 @@ class AnswererHandle:
     _inflight: set[Flight] = attrs.field(factory=set, init=False)
     _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
 
+    @property
+    def name(self) -> str:
+        """What the log calls this answerer (``answerer`` of ``approval/decided``): the
+        ``answerer_name`` attribute of the function (or of the object whose method it is)
+        when it has one (``"acp"``, ``"board"``...), else its qualified name."""
+        fn = self.fn
+        # On the function, or on the object whose bound method it is.
+        for holder in (fn, getattr(fn, "__self__", None)):
+            named = getattr(holder, "answerer_name", None)
+            if isinstance(named, str):
+                return named
+        return getattr(fn, "__qualname__", None) or type(fn).__name__
+
     def __repr__(self) -> str:
-        name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
+        name = self.name
         where = "unscoped" if self.scope is None else f"scoped to {self.scope!r}"
         state = "closed" if self.closed else "open"
         return f"<AnswererHandle {name} {where} {state}>"
@@ -98,18 +111,35 @@ class AnswererHandle:
             await trio.lowlevel.checkpoint()
             return Outcome.UNAVAILABLE
         self._inflight.add(flight)
+        before = flight.decider
         try:
             result: object = await self.fn(req, next_)
         except Exception:
             log.warning("answerer %r failed; the question fails closed", self, exc_info=True)
+            flight.decider = (self.name, Outcome.UNAVAILABLE, Source.ANSWERER_FAILED)
             return Outcome.UNAVAILABLE  # noqa: ASYNC910 (see above)
         finally:
             self._inflight.discard(flight)
+        source = Source.ANSWERER
         if isinstance(result, Answer):
             if result.by is not None:
                 flight.answered = (result.outcome, result.by)
-            return result.outcome
-        return _normalise(result, self)
+            if result.expired:
+                source = Source.DEADLINE
+            outcome = result.outcome
+        else:
+            outcome = _normalise(result, self)
+            if not isinstance(result, Outcome) and not (
+                type(result) is str and result in _VOCABULARY
+            ):
+                source = Source.ANSWERER_FAILED  # outside the vocabulary: contained
+        decider = flight.decider
+        # Invariant: the innermost answerer that produced this outcome is the decider; an
+        # outer one that returns what next() handed it leaves it, one that overrides it
+        # takes its place.
+        if decider is before or decider is None or decider[1] is not outcome:
+            flight.decider = (self.name, outcome, source)
+        return outcome
 
 
 def _order(handle: AnswererHandle) -> int:
@@ -139,12 +169,12 @@ def run_waterfall(
     than once, the rest of the chain is consulted only the first time. Cancellation: propagates
     (the request's cancel scope decides what it means).
     """
-    return run_chain(
-        chain,
-        lambda handle, next_: handle.invoke(req, next_, flight),
-        _unavailable,
-    )
+
+    def end() -> Outcome:
+        flight.decider = _END_OF_CHAIN
+        return Outcome.UNAVAILABLE
+
+    return run_chain(chain, lambda handle, next_: handle.invoke(req, next_, flight), end)
 
 
-def _unavailable() -> Outcome:
-    return Outcome.UNAVAILABLE
+_END_OF_CHAIN = (None, Outcome.UNAVAILABLE, Source.NO_ANSWERER)

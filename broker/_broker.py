@@ -7,7 +7,7 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from ._resume import check_resume_id, take_for_resume
 from ._session import Session
 from ._texts import DELEGATION_STATEMENT, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
+from .rules import Rule, RuleSet
 from .store._board import (
     AnswerBoard,
     HasAnswerBoard,
@@ -97,6 +98,9 @@ class Broker:
     policy: Policy
     delegation: Delegation
     settle_grace: float
+    #: Host interface: the deployment's rules, read by every question (immutable; replace
+    #: the whole set with :meth:`set_rules`).
+    rules: RuleSet = attrs.field(factory=RuleSet)
     _sessions: dict[str, Session] = attrs.field(factory=dict, init=False)
     #: Host interface: the answerers that see every question, in registration order (an
     #: attribute, read on every question; written only by :meth:`register_answerer`).
@@ -488,6 +492,11 @@ class Broker:
         tool = _check_tool(tool_name)
         return await self._check_session(session, "session").grant(tool)
 
+    def set_rules(self, rules: RuleSet | Iterable[Rule]) -> None:
+        """Replace the deployment's rules; questions decided from now on read the new set
+        (one already past its rules is not affected). Sync: never blocks."""
+        self.rules = _check_rules(rules)
+
     def is_granted(self, agent: Agent, tool_name: str) -> bool:
         """Whether *agent*'s session or a live ancestor holds a grant for *tool_name*."""
         if not isinstance(agent, Agent):
@@ -527,6 +536,24 @@ class Broker:
         self._nursery.cancel_scope.cancel(reason="broker closed")
 
 
+def _check_rules(rules: object) -> RuleSet:
+    if rules is None:
+        return RuleSet()
+    if isinstance(rules, RuleSet):
+        return rules
+    if isinstance(rules, Rule):
+        rules = (rules,)
+    items: tuple[object, ...] | None = (
+        tuple(rules) if isinstance(rules, list | tuple | set | frozenset) else None
+    )
+    if items is None or not all(isinstance(r, Rule) for r in items):
+        raise TypeError(
+            f"rules must be a RuleSet or an iterable of Rule, got {type(rules).__name__}: "
+            "load them with broker.rules.load_rules(path, layer)"
+        )
+    return RuleSet(r for r in items if isinstance(r, Rule))
+
+
 def _describe_store(store: EventStore) -> str:
     where = getattr(store, "where", None)  # a durable store's own words: "store file '…'"
     return where if isinstance(where, str) else f"the store {store!r}"
@@ -539,6 +566,7 @@ async def open_broker(
     store: EventStore | str | os.PathLike[str] | None = None,
     delegation: Delegation | str = Delegation.PIN_NEVER,
     settle_grace: float = 5.0,
+    rules: RuleSet | Iterable[Rule] | None = None,
 ) -> AsyncIterator[Broker]:
     """Run an approval service for the duration of the block.
 
@@ -556,7 +584,9 @@ async def open_broker(
     ``postgres://…``) the PostgreSQL store (either recovered if needed; owned and closed by the
     broker; anything else raises :class:`~broker.store.StoreUrlError`, a :class:`ValueError`
     naming the accepted forms); ``None`` a fresh :class:`MemoryStore` (owned; for tests); a
-    store object stays yours.
+    store object stays yours. *rules* (:mod:`broker.rules`) decide questions before any
+    answerer: a ``deny`` rule rejects, an ``allow`` rule allows (``remembered``), an ``ask``
+    rule or none goes on to the answerers.
 
     Cancellation: on exit (also when cancelled) every session is closed in the documented
     order, shielded and bounded by *settle_grace*, then the root nursery is cancelled.
@@ -564,10 +594,12 @@ async def open_broker(
     default = parse_policy(policy)
     mode = _parse_delegation(delegation)
     grace = _check_grace(settle_grace)
+    rule_set = _check_rules(rules)
     if isinstance(store, str | os.PathLike):
         parse_store_url(store)  # a bad URL is refused before anything starts
     with collapse_single():
         async with _run_broker(default, store, mode, grace) as broker:
+            broker.rules = rule_set
             yield broker
 
 
@@ -607,6 +639,7 @@ async def serve_broker(
     store: EventStore | str | os.PathLike[str] | None = None,
     delegation: Delegation | str = Delegation.PIN_NEVER,
     settle_grace: float = 5.0,
+    rules: RuleSet | Iterable[Rule] | None = None,
     task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """``broker = await nursery.start(serve_broker)``: the service as a task.
@@ -614,7 +647,11 @@ async def serve_broker(
     Runs until cancelled; then shuts down as :func:`open_broker` does.
     """
     async with open_broker(
-        policy=policy, store=store, delegation=delegation, settle_grace=settle_grace
+        policy=policy,
+        store=store,
+        delegation=delegation,
+        settle_grace=settle_grace,
+        rules=rules,
     ) as broker:
         task_status.started(broker)
         await trio.sleep_forever()

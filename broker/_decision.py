@@ -28,10 +28,14 @@ class Answer:
     An answerer may return a bare :class:`Outcome` instead. ``by`` lands in ``approval/decided``
     as ``answeredBy`` when this answer decides the question; it is recorded, never trusted for
     anything else (it names, it does not authenticate).
+
+    ``expired`` marks an ``unavailable`` given because the answerer's deadline passed with no
+    answer, so the log records a timeout (``source: "deadline"``), never a person's "no".
     """
 
     outcome: Outcome
     by: str | None = attrs.field(default=None)
+    expired: bool = False
 
     @by.validator
     def _validate_by(self, _attribute: object, value: object) -> None:

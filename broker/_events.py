@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from ._vocabulary import Outcome, Policy
+from ._vocabulary import Outcome, Policy, Source
 
 __all__ = [
     "AgentMessage",
@@ -69,6 +69,9 @@ class ApprovalAsked(Event):
     tool_name: str
     call_id: str | None = None
     reason: str | None = None
+    #: Beyond: ``sha256:<hex>`` of the arguments the call will run with, when the request
+    #: carried them (``argumentsDigest``); the approval is bound to exactly those.
+    arguments_digest: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -78,7 +81,13 @@ class ApprovalDecided(Event):
     ``remembered`` marks a remembered grant, ``policy`` the ``never`` policy (Beyond), and
     ``recovered`` a crash tail closed by recovery (Beyond, spec 7), ``answered_by`` who answered
     when the deciding answerer named them (Beyond: ``answeredBy``). Each is omitted when unset,
-    so seed-compatible lines stay byte-identical.
+    so the seed's own fields keep their bytes.
+
+    Beyond: ``source`` says what decided (:class:`~broker._vocabulary.Source`): a rule (then
+    ``rule_layer``, ``rule_file`` when the rule has one, and ``rule_index``), a grant (then
+    ``grant``, the tool it covers), an answerer or an answerer's deadline (then ``answerer``,
+    which one), the policy, an abort, the caller's cancellation, the session or turn ending,
+    an answerer lost or failing, or the end of the chain (no answerer).
     """
 
     TYPE: ClassVar[str] = "approval/decided"
@@ -88,6 +97,12 @@ class ApprovalDecided(Event):
     policy: Policy | None = None
     recovered: bool = False
     answered_by: str | None = None
+    source: Source | None = None
+    rule_layer: str | None = None
+    rule_file: str | None = None
+    rule_index: int | None = None
+    grant: str | None = None
+    answerer: str | None = None
 
 
 @attrs.frozen(kw_only=True)

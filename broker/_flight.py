@@ -7,7 +7,7 @@ import enum
 import attrs
 import trio
 
-from ._vocabulary import Outcome
+from ._vocabulary import Outcome, Source
 
 __all__ = ["Flight", "Withdrawal"]
 
@@ -35,6 +35,10 @@ class Flight:
     # The last named answer given for this question: (outcome, who). Recorded as answeredBy
     # when the waterfall's result is that outcome.
     answered: tuple[Outcome, str] | None = None
+    # What produced the waterfall's outcome: (answerer name or None for the end of the chain,
+    # that outcome, the Source). Set by the innermost answerer that answered (an outer one
+    # that returns what it was handed keeps it); read once the race is decided.
+    decider: tuple[str | None, Outcome, Source] | None = None
 
     def withdraw(self, cause: Withdrawal, detail: str) -> None:
         """Withdraw the question (the first cause is kept). Never blocks."""

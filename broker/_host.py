@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._answerers import AnswererHandle, AnswerFn
     from ._bounded_waits import BoundedWaits
     from ._vocabulary import Delegation, Policy
+    from .rules import RuleSet
     from .store._protocol import EventStore
 
 __all__ = ["SessionHost"]
@@ -37,6 +38,12 @@ class SessionHost(Protocol):
     @property
     def policy(self) -> Policy:
         """The deployment's default approval policy (a session's own override wins)."""
+        ...
+
+    @property
+    def rules(self) -> RuleSet:
+        """The deployment's rules (managed, user, project layers): every question reads them
+        after the policy and before grants and answerers."""
         ...
 
     @property

@@ -18,6 +18,7 @@ import trio
 
 from ._answerers import run_waterfall
 from ._appends import Lifecycle, if_pending
+from ._arguments import arguments_digest
 from ._collapse import collapse_single
 from ._errors import SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, Event
@@ -25,7 +26,8 @@ from ._flight import Flight, Withdrawal
 from ._request import ASKING, Asking
 from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
-from ._vocabulary import Outcome, Policy
+from ._vocabulary import Outcome, Policy, Source
+from .rules._model import RuleDecision
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from ._appends import Builder, SessionLog
     from ._projection import ApprovalState
     from ._request import ApprovalRequest
+    from .rules import Rule, RuleSet
 
 __all__ = ["Asker", "Decision", "Questions"]
 
@@ -73,9 +76,11 @@ def new_id() -> str:
 class Decision:
     """What :meth:`Broker.request_decision` returns; ``request()`` returns ``outcome`` alone.
 
-    ``id`` is the audit pair's id; ``remembered`` marks a remembered grant; ``by_policy`` a
-    rejection by the ``never`` policy (no answerer was consulted); ``answered_by`` who answered,
-    when the deciding answerer said so (:class:`Answer`).
+    ``id`` is the audit pair's id; ``remembered`` marks a remembered grant or an allow rule;
+    ``by_policy`` a rejection by the ``never`` policy (no answerer was consulted);
+    ``answered_by`` who answered, when the deciding answerer said so (:class:`Answer`);
+    ``source`` what decided (as logged); ``rule`` the rule that decided, when one did;
+    ``arguments_digest`` the digest of the arguments the question carried (:meth:`covers`).
     """
 
     id: str
@@ -83,6 +88,40 @@ class Decision:
     remembered: bool = False
     by_policy: bool = False
     answered_by: str | None = None
+    source: Source | None = None
+    rule: Rule | None = None
+    arguments_digest: str | None = None
+
+    def covers(self, arguments: object) -> bool:
+        """Whether this decision allows running with exactly *arguments*: it is
+        ``allowed-once`` and was asked with arguments whose digest is theirs. Call it right
+        before running; False means run nothing (the arguments changed since the approval,
+        or the question carried none)."""
+        if self.outcome is not Outcome.ALLOWED_ONCE or self.arguments_digest is None:
+            return False
+        try:
+            return arguments_digest(arguments) == self.arguments_digest
+        except (TypeError, ValueError):
+            return False
+
+
+@attrs.frozen
+class _Settled:
+    """What steps 3.1–3.3 decided, before any answerer."""
+
+    outcome: Outcome
+    source: Source
+    remembered: bool = False
+    rule: Rule | None = None
+    grant: str | None = None
+
+
+_CAUSES = {
+    Withdrawal.ABORTED: Source.ABORT,
+    Withdrawal.SESSION_CLOSING: Source.SESSION_CLOSING,
+    Withdrawal.TURN_ENDING: Source.TURN_ENDING,
+    Withdrawal.ANSWERER_LOST: Source.ANSWERER_LOST,
+}
 
 
 class Asker(Protocol):
@@ -94,6 +133,8 @@ class Asker(Protocol):
     def agent(self) -> Agent: ...
     @property
     def effective_policy(self) -> Policy: ...
+    @property
+    def rules(self) -> RuleSet: ...
     def is_granted(self, tool_name: str) -> bool: ...
     def answerer_chain(self) -> list[AnswererHandle]: ...
     def require_open(self, parameter: str = "session", action: str = "use") -> None: ...
@@ -147,7 +188,11 @@ class Questions:
         request_id = new_id()
         question = Asking(request=req, id=request_id)
         asked = ApprovalAsked(
-            id=request_id, tool_name=req.tool_name, call_id=req.call_id, reason=req.reason
+            id=request_id,
+            tool_name=req.tool_name,
+            call_id=req.call_id,
+            reason=req.reason,
+            arguments_digest=req.arguments_digest,
         )
 
         def put(state: ApprovalState) -> Event:
@@ -165,7 +210,7 @@ class Questions:
                 # sequencing asked (which changes neither the policy nor the grants they read).
                 decided_now = self._decide_now(req, flight)
                 if decided_now is not None:
-                    return await self._put_decided(put, request_id, *decided_now)
+                    return await self._put_decided(put, request_id, decided_now, req)
                 asked_submission = await session_log.sequence_now(put)
                 assert asked_submission is not None  # put always builds
                 await session_log.durable(asked_submission, schedule=False, shielded=False)
@@ -188,19 +233,32 @@ class Questions:
                 if answered is not None and answered[0] is outcome and flight.cause is None
                 else None
             )
-            decided = ApprovalDecided(id=request_id, outcome=outcome, answered_by=answered_by)
+            source, answerer = _source_of(flight, outcome)
+            decided = ApprovalDecided(
+                id=request_id,
+                outcome=outcome,
+                answered_by=answered_by,
+                source=source,
+                answerer=answerer,
+            )
             # Invariant: once the race is decided, the log records that decision — a caller
             # cancelled from here on gets Cancelled at its next checkpoint, after the return.
             await session_log.append(decided, internal=True, shielded=True)
             if question.hooks:
                 with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
                     await question.settled(outcome)
-            return Decision(id=request_id, outcome=outcome, answered_by=answered_by)
+            return Decision(
+                id=request_id,
+                outcome=outcome,
+                answered_by=answered_by,
+                source=source,
+                arguments_digest=req.arguments_digest,
+            )
         finally:
             self._settle(request_id)
 
     async def _put_decided(
-        self, put: Builder, request_id: str, outcome: Outcome, remembered: bool, by_policy: bool
+        self, put: Builder, request_id: str, settled: _Settled, req: ApprovalRequest
     ) -> Decision:
         """Append ``asked`` and the ``decided`` that steps 3.1–3.3 made, as ONE submission (one
         transaction: both land or neither), and wait once, shielded and bounded by
@@ -210,33 +268,62 @@ class Questions:
         Cancellation: cannot interrupt the wait; it is delivered at the caller's next
         checkpoint, after the decision is durable.
         """
+        by_policy = settled.source is Source.POLICY
+        rule = settled.rule
+        origin = rule.origin if rule is not None else None
         decided = ApprovalDecided(
             id=request_id,
-            outcome=outcome,
-            remembered=remembered,
+            outcome=settled.outcome,
+            remembered=settled.remembered,
             policy=Policy.NEVER if by_policy else None,
+            source=settled.source,
+            rule_layer=origin.layer.value if origin is not None else None,
+            rule_file=origin.file if origin is not None else None,
+            rule_index=origin.index if origin is not None else None,
+            grant=settled.grant,
         )
         session_log = self._log
         submitted = await session_log.sequence_now(put, decided)
         assert submitted is not None  # put always builds
         await session_log.durable(submitted, schedule=True, shielded=True)
-        return Decision(id=request_id, outcome=outcome, remembered=remembered, by_policy=by_policy)
+        return Decision(
+            id=request_id,
+            outcome=settled.outcome,
+            remembered=settled.remembered,
+            by_policy=by_policy,
+            source=settled.source,
+            rule=rule,
+            arguments_digest=req.arguments_digest,
+        )
 
-    def _decide_now(
-        self, req: ApprovalRequest, flight: Flight
-    ) -> tuple[Outcome, bool, bool] | None:
-        """Steps 3.1–3.3, which consult no answerer: (outcome, remembered, decided by the
-        never policy), or None when the waterfall must decide (:meth:`_decide`)."""
+    def _decide_now(self, req: ApprovalRequest, flight: Flight) -> _Settled | None:
+        """Steps 3.1–3.3, which consult no answerer — abort, the ``never`` policy, then the
+        rules and grants (deny beats ask beats allow; a grant is an allow) — or None when the
+        waterfall must decide (:meth:`_decide`)."""
         signal = req.signal
         if flight.cause is None and signal is not None and is_aborted(signal):
             flight.withdraw(Withdrawal.ABORTED, "before the question was put")
         if flight.cause is not None:
-            return _settled_by(flight.cause), False, False
+            return _Settled(_settled_by(flight.cause), _CAUSES[flight.cause])
         session = self._session
         if session.effective_policy is Policy.NEVER:
-            return Outcome.REJECTED, False, True
+            return _Settled(Outcome.REJECTED, Source.POLICY)
+        rules = session.rules
+        if rules.rules:
+            verdict = rules.decide(req.tool_name, req.arguments)
+            decision = verdict.decision
+            if decision is RuleDecision.DENY:
+                return _Settled(Outcome.REJECTED, Source.RULE, rule=verdict.rule)
+            if decision is RuleDecision.ASK:
+                return None  # an ask rule beats any allow, a grant included
+            if decision is RuleDecision.ALLOW:
+                return _Settled(
+                    Outcome.ALLOWED_ONCE, Source.RULE, remembered=True, rule=verdict.rule
+                )
         if session.is_granted(req.tool_name):
-            return Outcome.ALLOWED_ONCE, True, False
+            return _Settled(
+                Outcome.ALLOWED_ONCE, Source.GRANT, remembered=True, grant=req.tool_name
+            )
         return None
 
     async def _decide(self, req: ApprovalRequest, flight: Flight) -> Outcome:
@@ -278,7 +365,7 @@ class Questions:
     async def _record_cancelled(  # noqa: ASYNC910 (runs shielded, after a checkpoint)
         self, request_id: str
     ) -> None:
-        decided = ApprovalDecided(id=request_id, outcome=Outcome.CANCELLED)
+        decided = ApprovalDecided(id=request_id, outcome=Outcome.CANCELLED, source=Source.CALLER)
         try:
             # The asked append is FIFO before us; if it never landed there is nothing to pair.
             await self._log.append(if_pending(decided), internal=True)
@@ -327,6 +414,16 @@ class Questions:
 async def _watch_event(event: trio.Event, flight: Flight) -> None:
     await event.wait()
     flight.withdraw(Withdrawal.ABORTED, "the trio.Event was set")
+
+
+def _source_of(flight: Flight, outcome: Outcome) -> tuple[Source, str | None]:
+    """What decided a question the waterfall ran for, and which answerer (if one did)."""
+    if flight.cause is not None:
+        return _CAUSES[flight.cause], None
+    decider = flight.decider
+    if decider is None or decider[1] is not outcome:
+        return Source.NO_ANSWERER, None  # the chain's end (a step that yielded no decider)
+    return decider[2], decider[0]
 
 
 def _settled_by(cause: Withdrawal) -> Outcome:

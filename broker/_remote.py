@@ -33,7 +33,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 import trio
@@ -80,6 +80,9 @@ class RemoteAnswerer:
     deadline: float | None = attrs.field(default=None, validator=_check_deadline)
     grant: Callable[[ApprovalRequest], Awaitable[object]] | None = None
 
+    #: What the log calls it (``answerer`` of ``approval/decided``).
+    answerer_name: ClassVar[str] = "board"
+
     async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
         question = current_question()
         if question is None or question.request is not req:
@@ -109,4 +112,4 @@ class RemoteAnswerer:
             if answer.always and self.grant is not None:
                 await self.grant(req)  # remembered before the allow is recorded
             return Answer(outcome=answer.outcome, by=answer.by)
-        return Outcome.UNAVAILABLE
+        return Answer(outcome=Outcome.UNAVAILABLE, expired=True)  # the deadline, not a "no"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 import trio
 
+from ._arguments import freeze_arguments
 from ._signal import AbortSignal, Signal
 from ._vocabulary import Outcome
 
@@ -85,7 +86,11 @@ def _check_signal(_inst: Any, _attr: Any, value: Any) -> None:
 class ApprovalRequest:
     """May *agent* run *tool_name* (this one call) now?
 
-    The request carries no tool arguments. ``reason`` is logged in ``approval/asked``;
+    ``arguments`` (Beyond; optional) are the exact input the tool will run with: rules on
+    arguments read them, the decision carries their digest (``approval/asked`` records it as
+    ``argumentsDigest``) and :meth:`Decision.covers` checks, right before running, that what
+    runs is what was decided. The request keeps a read-only deep copy. ``reason`` is logged in
+    ``approval/asked``;
     ``display_reason`` is handed to answerers for presentation only and never logged. Firing
     ``signal`` withdraws the question: the request settles ``cancelled``. Answerers receive this
     very object and must not mutate it (it is frozen). Equality is identity.
@@ -97,6 +102,15 @@ class ApprovalRequest:
     reason: str | None = attrs.field(default=None, validator=_check_optional_str)
     display_reason: str | None = attrs.field(default=None, validator=_check_optional_str)
     signal: Signal | None = attrs.field(default=None, validator=_check_signal)
+    arguments: Mapping[str, Any] | None = attrs.field(default=None)
+    #: ``sha256:<hex>`` of ``arguments`` (``None`` without them).
+    arguments_digest: str | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.arguments is not None:
+            frozen, digest = freeze_arguments(self.arguments)
+            object.__setattr__(self, "arguments", frozen)
+            object.__setattr__(self, "arguments_digest", digest)
 
     @property
     def question_id(self) -> str | None:

@@ -44,6 +44,7 @@ from ._vocabulary import Delegation, Outcome
 if TYPE_CHECKING:
     from ._answerers import AnswererHandle, AnswerFn
     from ._host import SessionHost
+    from .rules import RuleSet
     from .store._protocol import SessionFencedError
 
 __all__ = ["Session"]
@@ -88,6 +89,8 @@ class Session(PolicyAndGrants):
     # Answerers scoped to this session's agent, sorted by registration order.
     _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     crash_cause: BaseException | None = attrs.field(default=None, init=False)
+    # This session's own rules (PolicyAndGrants.set_session_rules); None: the host's only.
+    _own_rules: tuple[RuleSet, RuleSet, RuleSet] | None = attrs.field(default=None, init=False)
 
     def __init__(
         self,
@@ -108,6 +111,27 @@ class Session(PolicyAndGrants):
         self.questions = Questions(self, self.log)
 
     # -- read-only views ------------------------------------------------------------------
+
+    @property
+    def rules(self) -> RuleSet:
+        """The rules every question of this session is decided by first: the host's, and
+        this session's own (:meth:`set_session_rules`), as one set."""
+        host_rules = self.host.rules
+        own = self._own_rules
+        if own is None:
+            return host_rules
+        mine, seen, combined = own
+        if seen is not host_rules:  # the host's set was replaced: combine again, once
+            combined = host_rules | mine
+            self._own_rules = (mine, host_rules, combined)
+        return combined
+
+    def set_session_rules(self, rules: RuleSet | None) -> None:
+        """Rules of this session alone (given at run time, e.g. by the MCP gate's file),
+        read with the host's from the next question on; ``None`` drops them. Sync."""
+        self._own_rules = (
+            None if rules is None else (rules, self.host.rules, self.host.rules | rules)
+        )
 
     @property
     def state(self) -> ApprovalState:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Delegation", "Outcome", "Policy", "parse_policy"]
+__all__ = ["Delegation", "Outcome", "Policy", "Source", "parse_policy"]
 
 
 class Outcome(enum.StrEnum):
@@ -25,6 +25,33 @@ class Policy(enum.StrEnum):
 
     ASK = "ask"
     NEVER = "never"
+
+
+class Source(enum.StrEnum):
+    """What decided a question (``source`` of ``approval/decided``; Beyond)."""
+
+    #: An abort signal fired (before the question was put or while answerers worked).
+    ABORT = "abort"
+    #: The asking task was cancelled.
+    CALLER = "caller"
+    #: The session was closing, or the question's turn ending.
+    SESSION_CLOSING = "session-closing"
+    TURN_ENDING = "turn-ending"
+    #: The ``never`` policy rejected it before any answerer.
+    POLICY = "policy"
+    #: A rule decided it (``ruleLayer``, ``ruleFile``, ``ruleIndex``).
+    RULE = "rule"
+    #: A remembered grant allowed it (``grant``).
+    GRANT = "grant"
+    #: An answerer answered (``answerer``; ``answeredBy`` when it named who).
+    ANSWERER = "answerer"
+    #: An answerer's deadline passed with no answer (``answerer``): not a person's "no".
+    DEADLINE = "deadline"
+    #: An answerer ended while answering, or failed (raised, answered outside the vocabulary).
+    ANSWERER_LOST = "answerer-lost"
+    ANSWERER_FAILED = "answerer-failed"
+    #: Every answerer delegated, or there was none: fail closed.
+    NO_ANSWERER = "no-answerer"
 
 
 class Delegation(enum.StrEnum):

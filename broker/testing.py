@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, TypeAlias
 
 import attrs
 import pytest
@@ -93,6 +93,9 @@ class ScriptedAnswerer:
     def push(self, *steps: Step) -> None:
         """Append *steps* to the script."""
         self.script.extend(steps)
+
+    #: What the log calls it (``answerer`` of ``approval/decided``).
+    answerer_name: ClassVar[str] = "scripted"
 
     async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome:
         """Answer *req* with the next step. Cancellation: propagates (the question withdrew)."""

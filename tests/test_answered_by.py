@@ -30,7 +30,8 @@ async def test_a_named_answer_lands_as_answered_by(
     decided = lines_of(approval_broker, approval_session)[2]
     assert decided == (
         f'{{"type":"approval/decided","data":{{"id":"{decision.id}","outcome":"allowed-once",'
-        '"answeredBy":"alice"}}'
+        '"answeredBy":"alice","source":"answerer",'
+        '"answerer":"test_a_named_answer_lands_as_answered_by.<locals>.alice"}}'
     )
 
 

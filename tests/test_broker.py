@@ -116,7 +116,8 @@ async def test_no_answerer_is_unavailable_with_a_matching_pair(
         '"callId":"call_00_1","reason":"write escalated.txt"}}'
     )
     assert line_decided == (
-        f'{{"type":"approval/decided","data":{{"id":"{asked.id}","outcome":"unavailable"}}}}'
+        f'{{"type":"approval/decided","data":{{"id":"{asked.id}","outcome":"unavailable",'
+        '"source":"no-answerer"}}'
     )
 
 

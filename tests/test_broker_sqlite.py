@@ -130,6 +130,6 @@ async def test_a_cancelled_scope_around_the_broker_still_pairs_its_questions(
                     await trio.sleep_forever()
     assert outer.cancelled_caught
     logged = lines(path, session.id)
-    assert logged[-2].endswith('"outcome":"cancelled"}}')
+    assert logged[-2].endswith('"outcome":"cancelled","source":"caller"}}')
     assert logged[-1] == '{"type":"turn/end","data":{"turn":1,"reason":{"kind":"cancelled"}}}'
     verify_store(path)

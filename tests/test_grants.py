@@ -39,7 +39,7 @@ async def test_granted_tool_is_allowed_remembered_without_an_answerer(
     assert lines[0] == '{"type":"approval/grant","data":{"toolName":"bash"}}'
     assert re.fullmatch(
         r'\{"type":"approval/decided","data":\{"id":"[0-9a-f-]{36}","outcome":"allowed-once",'
-        r'"remembered":true\}\}',
+        r'"remembered":true,"source":"grant","grant":"bash"\}\}',
         lines[3],
     )
 

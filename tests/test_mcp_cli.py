@@ -94,7 +94,10 @@ def test_a_server_that_cannot_start_is_named() -> None:
             "'read_*': write allow = [\"read_*\"]",
         ),
         ("allow = [\n", "not TOML"),
-        ('alow = ["x"]\n', "unknown key 'alow': only allow and deny are read"),
+        (
+            'alow = ["x"]\n',
+            "unknown key 'alow': write [[rules]] tables (or allow/deny lists of tool names)",
+        ),
     ],
 )
 def test_a_bad_rules_file_is_one_line(tmp_path: pathlib.Path, text: str, message: str) -> None:

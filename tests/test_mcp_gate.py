@@ -24,6 +24,7 @@ from broker import (
     Event,
     MemoryStore,
     Outcome,
+    Source,
     open_broker,
 )
 from broker.mcp import GateRules, refusal_text, relay
@@ -218,7 +219,11 @@ async def test_an_allowed_call_is_forwarded_with_the_argument_bytes_that_were_as
         assert await wire.hang_up() == []
     ((asked, decided),) = wire.pairs()
     assert decided.outcome is Outcome.ALLOWED_ONCE
-    assert decided.answered_by == "rules"
+    assert (decided.source, decided.answered_by, decided.rule_layer) == (
+        Source.RULE,
+        None,
+        "session",
+    )
     assert asked.call_id == "c-1"
     assert asked.reason is not None
     shown = asked.reason.removeprefix("MCP tool call: write_note ")
@@ -237,7 +242,7 @@ async def test_a_denied_call_is_rejected_by_the_rules_before_any_question_reache
         assert await w.hang_up() == []
     ((_, decided),) = w.pairs()
     assert decided.outcome is Outcome.REJECTED
-    assert decided.answered_by == "rules file gate.toml"
+    assert (decided.source, decided.rule_index, decided.answered_by) == (Source.RULE, 1, None)
 
 
 SMUGGLED = [
@@ -702,18 +707,20 @@ async def test_a_server_state_does_not_carry_a_different_call_past_the_gate() ->
     assert [d.outcome for _, d in wire.pairs()] == [Outcome.ALLOWED_ONCE] * 2
 
 
-async def test_a_tool_the_rules_allow_is_remembered_after_its_first_call() -> None:
+async def test_every_call_the_rules_allow_is_decided_by_the_rule_at_admission() -> None:
+    # The rules are the session's: each call is decided before any answerer, remembered and
+    # named by its rule; nothing is granted (a later call is judged by the rules again).
     async with gate(GateRules(allow=["read_*"], source="rules file gate.toml")) as wire:
         for n in (40, 41):
             await wire.client.write(call(n, "read_note", {"n": n}))
             assert json.loads(await wire.server.line())["id"] == n
             await trio.testing.wait_all_tasks_blocked()
         assert await wire.hang_up() == []
-    (first, second) = [decided for _, decided in wire.pairs()]
-    assert (first.answered_by, first.remembered) == ("rules file gate.toml", False)
-    assert (second.answered_by, second.remembered) == (None, True)
-    grants = [e for e in wire.events() if isinstance(e, ApprovalGrant)]
-    assert [g.tool_name for g in grants] == ["read_note"]
+    decided = [d for _, d in wire.pairs()]
+    assert [(d.source, d.remembered, d.answered_by) for d in decided] == [
+        (Source.RULE, True, None)
+    ] * 2
+    assert not [e for e in wire.events() if isinstance(e, ApprovalGrant)]
 
 
 @pytest.mark.parametrize(

@@ -221,7 +221,9 @@ async def test_a_denied_call_never_reaches_the_server(tmp_path: pathlib.Path) ->
     assert asked["toolName"] == "write_note"
     assert asked["reason"] == 'MCP tool call: write_note {"name":"a","text":"x"}'
     assert decided["outcome"] == "rejected"
-    assert decided["answeredBy"] == "rules file gate.toml"
+    assert "answeredBy" not in decided  # no person: the rule decided, and the log names it
+    assert (decided["source"], decided["ruleLayer"], decided["ruleIndex"]) == ("rule", "project", 1)
+    assert decided["ruleFile"] == rules
 
 
 async def test_an_allowed_call_reaches_the_server_with_its_exact_arguments(

@@ -42,7 +42,11 @@ def test_an_empty_rules_file_decides_nothing(tmp_path: pathlib.Path) -> None:
         ('allow = [""]\n', r"allow must be a list of non-empty tool-name patterns"),
         ("[allow]\n", r"allow must be a list"),
         ("allow = [\n", r"not TOML \("),
-        ('ask = ["x"]\n', r"unknown key 'ask': only allow and deny are read"),
+        ('ask = "x"\n', r"ask must be a list of non-empty tool-name patterns"),
+        (
+            'asks = ["x"]\n',
+            r"unknown key 'asks': write \[\[rules\]\] tables \(or allow/deny lists of tool names\)",
+        ),
     ],
 )
 def test_a_file_that_cannot_be_used_is_named(
@@ -59,6 +63,6 @@ def test_a_missing_file_says_to_check_the_path(tmp_path: pathlib.Path) -> None:
     with pytest.raises(
         RulesError,
         match=rf"^rules file {path}: cannot read it \(No such file or directory\): "
-        r"check the --rules path$",
+        r"check the path$",
     ):
         GateRules.load(path)

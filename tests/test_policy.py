@@ -116,7 +116,7 @@ async def test_never_default_rejects_without_any_answerer() -> None:
     decided = lines[2]
     assert re.fullmatch(
         r'\{"type":"approval/decided","data":\{"id":"[0-9a-f-]{36}","outcome":"rejected",'
-        r'"policy":"never"\}\}',
+        r'"policy":"never","source":"policy"\}\}',
         decided,
     )
 

@@ -62,7 +62,7 @@ async def test_a_question_waits_on_the_board_and_the_answer_decides_it(
     assert decision.answered_by == "alice"
     assert lines_of(approval_broker, approval_session)[2] == (
         f'{{"type":"approval/decided","data":{{"id":"{qid}","outcome":"allowed-once",'
-        '"answeredBy":"alice"}}'
+        '"answeredBy":"alice","source":"answerer","answerer":"board"}}'
     )
     # Settled: it left the list, and a late answer is refused naming the outcome.
     assert await approval_broker.pending() == []

@@ -25,6 +25,7 @@ from broker import (
     Outcome,
     Policy,
     ResumeError,
+    Source,
     TurnEnd,
     TurnEndReason,
     open_broker,
@@ -78,6 +79,7 @@ async def test_a_resumed_session_keeps_its_policy_grants_pin_and_chain(
         id=events[-3].id,  # type: ignore[attr-defined]
         outcome=Outcome.REJECTED,
         policy=Policy.NEVER,
+        source=Source.POLICY,
     )
     verify_store(path)  # raises on a violation: the hash chains continue across the resume
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import trio
 
+from .._decision import Answer
 from .._vocabulary import Outcome
 from ._errors import ConnectionClosed, JsonRpcError, WireDecodeError
 from ._wire import (
@@ -107,7 +108,10 @@ class AcpAnswerer:
     allow_always: bool = False
     calls: Mapping[str, RuntimeToolCall] = attrs.field(factory=dict)
 
-    async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome:
+    #: What the log calls it (``answerer`` of ``approval/decided``).
+    answerer_name: ClassVar[str] = "acp"
+
+    async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
         """Ask the client. Cancellation (the question withdrawn): the client's request is
         cancelled with ``$/cancel_request``; its late answer is dropped."""
         if req.agent is not self.agent or req.call_id is None:
@@ -137,7 +141,7 @@ class AcpAnswerer:
                 req.call_id,
                 self.deadline,
             )
-            return Outcome.UNAVAILABLE
+            return Answer(outcome=Outcome.UNAVAILABLE, expired=True)
         try:
             answer = from_wire(RequestPermissionResponse, raw)
         except WireDecodeError as exc:

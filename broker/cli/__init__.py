@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _acp, _answers, _chaos, _demo, _hooks, _inbox, _log, _mcp
+from . import _acp, _answers, _chaos, _demo, _hooks, _inbox, _log, _mcp, _rules
 from ._errors import EXIT_USAGE, run_command
 
 __all__ = ["main"]
@@ -24,6 +24,7 @@ examples:
   broker chaos --seed 1 --seeds 5      run seeded faults and check the invariants
   broker pending logs/sessions.sqlite  the questions waiting for an answer from elsewhere
   broker answer STORE ID allow --by me answer one of them
+  broker rules check rules.toml        load a rules file and check its examples
 
 Exit status: 0 success; 1 a check failed (a verify violation, a chaos violation, a bad import
 line); 2 the command could not run as asked (usage, a bad path or file, a full disk).
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _answers.register(sub)
     _inbox.register(sub)
     _mcp.register(sub)
+    _rules.register(sub)
     _accept_debug_anywhere(parser)
     return parser
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, ClassVar, TextIO
 
 import attrs
 import trio
@@ -43,6 +43,9 @@ class TerminalAnswerer:
 
     fixed: Outcome | None = None
     stdin: TextIO | None = None
+
+    #: What the log calls it (``answerer`` of ``approval/decided``).
+    answerer_name: ClassVar[str] = "terminal"
 
     async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome:
         """Ask at the terminal. Cancellation: the prompt is abandoned (the question withdrew)."""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._errors import BrokerError
+from .._tool_names import CLAUDE_CODE_TOOLS, claude_code_name
 
 if TYPE_CHECKING:
     import os
@@ -45,29 +46,7 @@ __all__ = [
 
 log = logging.getLogger("broker.hooks")
 
-CLAUDE_CODE_TOOLS: dict[str, str] = {
-    "bash": "Bash",
-    "read": "Read",
-    "write": "Write",
-    "edit": "Edit",
-    "multi_edit": "MultiEdit",
-    "glob": "Glob",
-    "grep": "Grep",
-    "ls": "LS",
-    "web_fetch": "WebFetch",
-    "web_search": "WebSearch",
-    "notebook_edit": "NotebookEdit",
-    "todo_write": "TodoWrite",
-    "task": "Task",
-}
-"""This project's tool name -> Claude Code's name for the same tool; matchers see both."""
-
 _OUR_NAMES = {claude: ours for ours, claude in CLAUDE_CODE_TOOLS.items()}
-
-
-def claude_code_name(tool_name: str) -> str:
-    """Claude Code's name for *tool_name* (``bash`` -> ``Bash``); unknown names unchanged."""
-    return CLAUDE_CODE_TOOLS.get(tool_name, tool_name)
 
 
 PROJECT_TOOLS: tuple[str, ...] = ("bash",)

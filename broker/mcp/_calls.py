@@ -18,6 +18,7 @@ gate's ``requestState``, takes the held call's place (:meth:`CallGate.hold`).
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -43,6 +44,7 @@ from ._messages import canonical, is_stateless, refusal, stateless_elicits
 
 if TYPE_CHECKING:
     from .._broker import Broker
+    from .._questions import Decision
     from .._session import Session
     from ._ledger import Ledger
     from ._pump import Pump
@@ -95,8 +97,6 @@ class CallGate:
     pump: Pump
     ledger: Ledger
     deadline: float
-    #: Whose answers are the rules' (``answeredBy``): a tool they allowed is then granted.
-    rules_source: str
     #: id key -> the held call (tools/call waiting for the broker).
     held: dict[str, Held] = attrs.field(init=False, factory=dict)
     #: requestState -> a held call answered with input-required, waiting for its retry.
@@ -281,21 +281,22 @@ class CallGate:
         )
         request_id = held.request_id
         CURRENT.set(held)  # this task's context: its answerers (and their tasks) see it
-        req = ApprovalRequest(
-            agent=self.session.agent,
-            tool_name=held.name,
-            call_id=request_id if isinstance(request_id, str) else str(request_id),
-            reason=f"MCP tool call: {held.name} {cut}",
-            display_reason=f"MCP tool call: {held.name}, arguments: {arguments}",
-            signal=held.signal,
-        )
-        by_rules = False
+        decision: Decision | None = None
         try:
+            req = ApprovalRequest(
+                agent=self.session.agent,
+                tool_name=held.name,
+                call_id=request_id if isinstance(request_id, str) else str(request_id),
+                reason=f"MCP tool call: {held.name} {cut}",
+                display_reason=f"MCP tool call: {held.name}, arguments: {arguments}",
+                signal=held.signal,
+                arguments=_arguments_of(held.line),
+            )
             decision = await self.broker.request_decision(req)
             outcome = decision.outcome
-            by_rules = decision.answered_by == self.rules_source
-        except BrokerError:
-            # Containment: a question that could not be put fails closed.
+        except (BrokerError, TypeError, ValueError):
+            # Containment: a question that could not be put (or arguments JSON cannot hold,
+            # such as NaN) fails closed.
             log.warning("tool call %s could not be asked; refused", held.key, exc_info=True)
             outcome = Outcome.UNAVAILABLE
         if held.token is not None and not held.retried.is_set():
@@ -312,24 +313,25 @@ class CallGate:
         # between, so a response or a reused id is never judged against a stale state.
         key, request_id = held.key, held.request_id
         del self.held[key]
+        if outcome is Outcome.ALLOWED_ONCE and not (
+            decision is not None and decision.covers(_arguments_of(held.line))
+        ):
+            # Bound to the arguments: the line to forward must carry what was decided.
+            log.warning("call %s: its arguments changed after the approval; refused", held.key)
+            outcome = Outcome.REJECTED
         if outcome is Outcome.ALLOWED_ONCE:
             self.ledger.forward(key, request_id, (held.name, held.arguments))
             await self.pump.send(self.pump.to_upstream, held.line)
-            if by_rules and not self.pump.closing:
-                await self._grant(held.name)
         elif not held.withdrawn_by_client:
             answer = refusal(request_id, held.name, outcome, stateless=held.stateless)
             await self.pump.send(self.pump.to_client, answer)
         else:
             await trio.lowlevel.checkpoint()
 
-    async def _grant(self, name: str) -> None:
-        """The rules allow *name* for the whole connection: remember it on the session, so
-        its next calls are decided at admission (``remembered: true``), their ``asked`` and
-        ``decided`` made durable together — one wait on the store instead of two."""
-        try:
-            await self.broker.grant(self.session, name)
-        except BrokerError:
-            # Containment: without the grant the next call is asked through the rules again.
-            log.warning("could not remember tool %r for the session", name, exc_info=True)
-            await trio.lowlevel.checkpoint()
+
+def _arguments_of(line: bytes) -> dict[str, Any]:
+    """The arguments a forwarded line carries (what the server will run with)."""
+    params = json.loads(line)["params"]
+    arguments = params.get("arguments", {})
+    assert isinstance(arguments, dict)  # checked when the call was held
+    return arguments

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import trio
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from .._vocabulary import Outcome
     from ._calls import CallGate, Held
     from ._pump import Pump
-    from ._rules import GateRules
 
 __all__ = ["Elicitor", "waterfall"]
 
@@ -75,6 +74,9 @@ class Elicitor:
         ask.response = message
         ask.done.set()
         return True
+
+    #: What the log calls it (``answerer`` of ``approval/decided``).
+    answerer_name: ClassVar[str] = "elicitation"
 
     async def elicit(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
         """Ask the client's user with ``elicitation/create`` (when the client advertised form
@@ -157,15 +159,7 @@ class Elicitor:
             log.info("could not tell the client that elicitation %s is over", request_id)
 
 
-def waterfall(elicitor: Elicitor, rules: GateRules, remote: AnswerFn | None) -> AnswerFn:
-    """Rules first, then elicitation racing *remote* (if any), then the chain's end."""
-    after_rules: AnswerFn = first_answer(elicitor.elicit, remote) if remote else elicitor.elicit
-
-    async def answer(req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
-        decided = rules.decide(req.tool_name)
-        if decided is not None:
-            await trio.lowlevel.checkpoint()
-            return Answer(outcome=decided, by=rules.source)
-        return await after_rules(req, next_)
-
-    return answer
+def waterfall(elicitor: Elicitor, remote: AnswerFn | None) -> AnswerFn:
+    """Elicitation racing *remote* (if any), then the chain's end. (The rules decided before
+    any answerer: they are the session's.)"""
+    return first_answer(elicitor.elicit, remote) if remote else elicitor.elicit

@@ -360,6 +360,7 @@ async def relay(
         raise ValueError(f"max_line_bytes must be at least 1024, got {max_line_bytes!r}")
     rules = rules or GateRules()
     async with broker.open_session() as session, session.turn():
+        session.set_session_rules(rules.rule_set)
         pump = Pump()
         ledger = Ledger(pump=pump, server_deadline=server_deadline)
         calls = CallGate(
@@ -368,7 +369,6 @@ async def relay(
             pump=pump,
             ledger=ledger,
             deadline=deadline,
-            rules_source=rules.source,
         )
         elicitor = Elicitor(pump=pump, calls=calls, deadline=deadline)
         state = _Relay(
@@ -382,5 +382,5 @@ async def relay(
             answer_grace=answer_grace,
         )
         remote = broker.remote_answerer(deadline=deadline) if remote_answers else None
-        async with broker.answerer(waterfall(elicitor, rules, remote), scope=session.agent):
+        async with broker.answerer(waterfall(elicitor, remote), scope=session.agent):
             await state.run(client_out, upstream_out)

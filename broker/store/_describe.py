@@ -20,7 +20,7 @@ from .._events import (
 if TYPE_CHECKING:
     from ._logtools import TimelineEntry
 
-__all__ = ["describe_entry", "seconds"]
+__all__ = ["describe_entry", "describe_source", "seconds"]
 
 
 def seconds(ms: int) -> str:
@@ -62,6 +62,23 @@ def _asked(entry: TimelineEntry, event: ApprovalAsked) -> str:
     return text + f" -> decided at #{entry.pair_seq} after {seconds(entry.duration_ms)}"
 
 
+def describe_source(event: ApprovalDecided) -> str | None:
+    """What decided, in words: ``rule: project rule 2 of rules.toml``, ``grant: tool bash``,
+    ``answerer: acp``, ``deadline: board``, ``no-answerer``... ``None`` for a decision logged
+    before sources were recorded."""
+    source = event.source
+    if source is None:
+        return None
+    if event.rule_layer is not None:
+        where = f" of {event.rule_file}" if event.rule_file is not None else ""
+        return f"{source}: {event.rule_layer} rule {event.rule_index}{where}"
+    if event.grant is not None:
+        return f"{source}: tool {event.grant}"
+    if event.answerer is not None:
+        return f"{source}: {event.answerer}"
+    return str(source)
+
+
 def _decided(entry: TimelineEntry, event: ApprovalDecided) -> str:
     flags = [
         flag
@@ -75,6 +92,9 @@ def _decided(entry: TimelineEntry, event: ApprovalDecided) -> str:
     text = f"{event.id} {event.outcome}"
     if event.answered_by is not None:
         text += f" by {event.answered_by}"
+    source = describe_source(event)
+    if source is not None:
+        flags.insert(0, source)
     if flags:
         text += " [" + ", ".join(flags) + "]"
     if entry.pair_seq is None:

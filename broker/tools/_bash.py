@@ -211,6 +211,13 @@ class BashTool:
         if outcome is Outcome.ALLOWED_ONCE:
             return wider
         if outcome is Outcome.REJECTED:
+            if decision.rule is not None:
+                rule = decision.rule
+                return ToolResult.error(
+                    _texts.escalation_rejected_by_rule(
+                        wider.value, rule.origin.describe(), rule.reason
+                    )
+                )
             if decision.by_policy:
                 return ToolResult.error(_texts.escalation_rejected_by_policy(wider.value))
             return ToolResult.error(_texts.escalation_rejected(wider.value))

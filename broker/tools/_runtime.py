@@ -24,6 +24,7 @@ import trio
 from .._request import ApprovalRequest
 from .._vocabulary import Outcome
 from .._waterfall import run_chain
+from ..rules import RuleDecision
 from . import _texts
 from ._asking import ask_or_refuse
 from ._call import CallContext, ToolCall, ToolResult, ToolSpec
@@ -103,6 +104,10 @@ class ToolRuntime:
         decision = await self._gate(call, ctx)
         if isinstance(decision, Deny):
             return ToolResult.error(decision.reason)
+        if isinstance(decision, Allow) and self._denied_by_rule(call):
+            # A deny rule holds for every call, not only those a gate asks about: the question
+            # is put so the rule's rejection is audited like any other.
+            decision = Ask()
         if isinstance(decision, Ask):
             refusal = await self._resolve_ask(call, ctx, decision)
             if refusal is not None:
@@ -110,6 +115,13 @@ class ToolRuntime:
         if ctx.aborted:
             return ToolResult.error(_texts.ABORTED_BEFORE_DISPATCH)
         return await tool.run(call, ctx)
+
+    def _denied_by_rule(self, call: ToolCall) -> bool:
+        broker = self.approval
+        if broker is None or not broker.rules.rules:
+            return False
+        verdict = broker.rules.decide(call.name, call.arguments)
+        return verdict.decision is RuleDecision.DENY
 
     async def _gate(self, call: ToolCall, ctx: CallContext) -> GateDecision:
         async def ask(gate: Gate, next_: GateNext) -> GateDecision:
@@ -140,27 +152,41 @@ class ToolRuntime:
         if ctx.agent is None:
             await trio.lowlevel.checkpoint()
             return ToolResult.error(_texts.ask_no_agent(name))
-        decision = await ask_or_refuse(
-            broker,
-            ApprovalRequest(
+        try:
+            req = ApprovalRequest(
                 agent=ctx.agent,
                 tool_name=name,
                 call_id=call.id,
                 reason=ask.reason,
                 signal=ctx.signal,
-            ),
-        )
+                arguments=call.arguments,
+            )
+        except (TypeError, ValueError) as exc:  # arguments JSON cannot hold (NaN): fail closed
+            await trio.lowlevel.checkpoint()
+            return ToolResult.error(_texts.ask_failed(name, exc))
+        decision = await ask_or_refuse(broker, req)
         if isinstance(decision, ToolResult):
             return decision
         outcome = decision.outcome
         if outcome is Outcome.ALLOWED_ONCE:
+            if not decision.covers(call.arguments):
+                # Bound to the arguments: what runs must be what was decided.
+                log.warning(
+                    "tool %r call %s: arguments changed after question %s was decided; nothing ran",
+                    name,
+                    call.id,
+                    decision.id,
+                )
+                return ToolResult.error(_texts.arguments_changed(name))
             return None
         if outcome is Outcome.REJECTED:
-            text = (
-                _texts.ask_rejected_by_policy(name)
-                if decision.by_policy
-                else _texts.ask_rejected(name)
-            )
+            if decision.rule is not None:
+                rule = decision.rule
+                text = _texts.ask_rejected_by_rule(name, rule.origin.describe(), rule.reason)
+            elif decision.by_policy:
+                text = _texts.ask_rejected_by_policy(name)
+            else:
+                text = _texts.ask_rejected(name)
             return ToolResult.error(text)
         if outcome is Outcome.CANCELLED:
             if ctx.aborted:

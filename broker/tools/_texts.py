@@ -11,12 +11,14 @@ __all__ = [
     "ESCALATION_JUSTIFICATION_EMPTY",
     "ESCALATION_NEEDS_JUSTIFICATION",
     "ESCALATION_NO_SANDBOX",
+    "arguments_changed",
     "ask_cancelled",
     "ask_failed",
     "ask_no_agent",
     "ask_no_service",
     "ask_rejected",
     "ask_rejected_by_policy",
+    "ask_rejected_by_rule",
     "ask_unavailable",
     "escalation_cancelled",
     "escalation_no_agent",
@@ -25,6 +27,7 @@ __all__ = [
     "escalation_reason",
     "escalation_rejected",
     "escalation_rejected_by_policy",
+    "escalation_rejected_by_rule",
     "escalation_unavailable",
 ]
 
@@ -57,6 +60,20 @@ def ask_rejected(name: str) -> str:
 def ask_rejected_by_policy(name: str) -> str:
     return (
         f'tool "{name}" was rejected automatically: approval prompts are disabled in this session'
+    )
+
+
+def ask_rejected_by_rule(name: str, rule: str, reason: str | None) -> str:
+    """Beyond: a deny rule rejected the call before anyone was asked."""
+    because = f": {reason}" if reason else ""
+    return f'tool "{name}" was denied by {rule}{because}'
+
+
+def arguments_changed(name: str) -> str:
+    """Beyond: what would run is not what was approved; nothing ran."""
+    return (
+        f'tool "{name}" did not run: its arguments changed after they were approved; '
+        "ask again with the arguments that should run"
     )
 
 
@@ -105,6 +122,12 @@ def escalation_reason(mode: str, justification: str) -> str:
 
 def escalation_rejected(mode: str) -> str:
     return f'the user rejected escalating this command to "{mode}"'
+
+
+def escalation_rejected_by_rule(mode: str, rule: str, reason: str | None) -> str:
+    """Beyond: a deny rule rejected the escalation before anyone was asked."""
+    because = f": {reason}" if reason else ""
+    return f'escalating this command to "{mode}" was denied by {rule}{because}'
 
 
 def escalation_rejected_by_policy(mode: str) -> str:
