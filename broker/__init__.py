@@ -34,6 +34,7 @@ from ._events import ApprovalAsked as ApprovalAsked
 from ._events import ApprovalDecided as ApprovalDecided
 from ._events import ApprovalGrant as ApprovalGrant
 from ._events import ApprovalPolicy as ApprovalPolicy
+from ._events import ApprovalRevoke as ApprovalRevoke
 from ._events import Event as Event
 from ._events import SandboxModeSet as SandboxModeSet
 from ._events import ToolCalled as ToolCalled
@@ -83,6 +84,7 @@ __all__ = [
     "ApprovalGrant",
     "ApprovalPolicy",
     "ApprovalRequest",
+    "ApprovalRevoke",
     "ApprovalState",
     "AuditAppendError",
     "AuditInvariantError",

@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import logging
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -20,6 +21,8 @@ from ._bounded_waits import BoundedWaits
 from ._collapse import collapse_single
 from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from ._errors import BrokerClosedError, ResumeError
+from ._grants import always_offer, always_proposal, new_grant
+from ._projection import Grant
 from ._questions import Decision
 from ._remote import RemoteAnswerer
 from ._request import ApprovalRequest
@@ -114,9 +117,17 @@ class Broker:
     #: Host interface: the bounded shielded waits (``settle_grace``) of every session; its
     #: timer runs in the root nursery. An attribute: read on every durable decision.
     shielded_waits: BoundedWaits = attrs.field(init=False)
+    # Wall-clock seconds at trio's time zero: now_ms() is trio's clock on the wall clock.
+    _epoch: float = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.shielded_waits = BoundedWaits(grace=self.settle_grace)
+        self._epoch = time.time() - trio.current_time()
+
+    def now_ms(self) -> int:
+        """Host interface: wall-clock ms since the epoch, advanced by trio's clock (a test's
+        ``autojump_clock`` moves it). What grants' expiries are judged by."""
+        return int((trio.current_time() + self._epoch) * 1000)
 
     def __repr__(self) -> str:
         return f"<Broker policy={self.policy} sessions={len(self._sessions)}>"
@@ -370,11 +381,16 @@ class Broker:
         """An answerer that waits for an answer given on :attr:`board` (``broker answer``,
         :meth:`answer`, an inbox); register it like any other, usually last. A question
         nobody answers within *deadline* seconds resolves ``unavailable``. With
-        *allow_always* its questions offer "always allow" (a remembered grant of the tool on
-        the asking session, then ``allowed-once``)."""
+        *allow_always* its questions offer "always allow" where it can be honoured: a grant on
+        the asking session of the rule the question shows (``always_rule``: a command's
+        program and subcommand, or the tool itself), then ``allowed-once``."""
 
-        async def remember(req: ApprovalRequest) -> object:
-            return await self.grant(req.agent.session, req.tool_name)
+        async def remember(req: ApprovalRequest, by: str | None) -> object:
+            if always_offer(req) is None:  # not offered: nothing to remember
+                await trio.lowlevel.checkpoint()
+                return None
+            command = always_proposal(req)  # None: the tool itself (what was offered)
+            return await self.remember(req.agent.session, req.tool_name, command=command, by=by)
 
         return RemoteAnswerer(
             board=self.board, deadline=deadline, grant=remember if allow_always else None
@@ -491,6 +507,43 @@ class Broker:
         """
         tool = _check_tool(tool_name)
         return await self._check_session(session, "session").grant(tool)
+
+    async def remember(
+        self,
+        session: AgentSession,
+        tool_name: str,
+        *,
+        command: str | None = None,
+        by: str | None = None,
+        expires_in: float | None = None,
+    ) -> Grant:
+        """Grant *tool_name* on *session* (and its live descendants) — only commands that start
+        with *command* when given (an allow rule of the session layer), the whole tool when
+        not — until *expires_in* seconds pass (None: as long as the session), recorded as
+        given *by*. Returns the grant; its id revokes it (:meth:`revoke`). Allowed outside a
+        turn. Cancellation: the grant may still land.
+        """
+        target = self._check_session(session, "session")
+        grant = new_grant(
+            tool_name, command=command, by=by, now_ms=self.now_ms(), expires_in=expires_in
+        )
+        await target.add_grant(grant)
+        return grant
+
+    async def revoke(self, session: AgentSession, grant_id: str, *, by: str | None = None) -> bool:
+        """Take back the grant *grant_id* of *session* (for the seed's id-less grant: the
+        tool's name): no question decided after this returns is covered by it. Returns
+        whether a grant was revoked (False: no such grant, or revoked already). Allowed outside
+        a turn. Cancellation: the revocation may still land."""
+        return await self._check_session(session, "session").revoke(grant_id, by)
+
+    def grants(self, session: AgentSession) -> list[Grant]:
+        """The grants *session* holds now (not its ancestors'), oldest first; the seed's
+        id-less grants are listed with their tool's name as id. Expired grants are listed
+        until a question records their expiry (see :meth:`Grant.expired`)."""
+        state = self._check_session(session, "session").state
+        legacy = [Grant(id=name, tool_name=name) for name in sorted(state.grants)]
+        return [*legacy, *state.granted]
 
     def set_rules(self, rules: RuleSet | Iterable[Rule]) -> None:
         """Replace the deployment's rules; questions decided from now on read the new set

@@ -27,6 +27,8 @@ from .agent._scripted import Scenario, ScriptedModel
 from .hooks._bridge import HookBridge
 from .hooks._gate import HookGate
 from .hooks._settings import HookSettings
+from .rules import Layer, Rule, RuleSet, RulesFileError, load_rules
+from .rules._load import claude_code_permissions
 from .scenarios import scenario_path
 from .store._url import (
     ACCEPTED_STORE_FORMS,
@@ -72,6 +74,9 @@ class Composition:
     scenario: Scenario
     store: pathlib.Path | str | None = None
     hooks: HookSettings | None = None
+    #: The rules of every question (``rules`` files, and the ``permissions`` of the hooks'
+    #: Claude Code settings file).
+    rules: RuleSet = attrs.field(factory=RuleSet)
     permission_deadline: float = DEFAULT_PERMISSION_DEADLINE
     allow_always: bool = False
     remote_answers: bool = False
@@ -90,7 +95,9 @@ class Composition:
 
         Keys: ``policy``, ``delegation``, ``sandbox``, ``scenario`` (a file path or a built-in
         name), ``store`` (a file path, ``sqlite:///PATH`` or ``postgresql://…``), ``hooks`` (a
-        Claude Code settings file), ``permission_deadline``, ``allow_always``,
+        Claude Code settings file: its ``PreToolUse`` hooks run, its ``permissions`` are
+        rules), ``rules`` (a list of rules files, :mod:`broker.rules`), ``permission_deadline``,
+        ``allow_always``,
         ``remote_answers``, ``max_steps``,
         ``command_time_limit``. Relative paths in the file are resolved against the file's
         directory. *default_store* applies when neither the file
@@ -197,6 +204,7 @@ class _Settings:
     scenario: PathText = PathText("escalation")
     store: StoreText | None = None
     hooks: PathText | None = None
+    rules: list[PathText] = attrs.field(factory=list)
     permission_deadline: Seconds = Seconds(DEFAULT_PERMISSION_DEADLINE)
     allow_always: bool = False
     remote_answers: bool = False
@@ -224,12 +232,24 @@ class _Settings:
             scenario=Scenario.from_file(scenario_file),
             store=self._store(resolve),
             hooks=HookSettings.from_file(resolve(self.hooks)) if self.hooks else None,
+            rules=self._rules(resolve, source),
             permission_deadline=self.permission_deadline,
             allow_always=self.allow_always,
             remote_answers=self.remote_answers,
             max_steps=self.max_steps,
             command_time_limit=self.command_time_limit,
         )
+
+    def _rules(self, resolve: Callable[[str], pathlib.Path], source: str) -> RuleSet:
+        rules: list[Rule] = []
+        try:
+            for file in self.rules:
+                rules.extend(load_rules(resolve(file), Layer.PROJECT))
+            if self.hooks:
+                rules.extend(claude_code_permissions(resolve(self.hooks)))
+        except RulesFileError as exc:
+            raise CompositionError(f"{source}: rules: {exc}") from None
+        return RuleSet(rules)
 
     def _store(self, resolve: Callable[[str], pathlib.Path]) -> pathlib.Path | str | None:
         if self.store in (None, "", ":memory:"):

@@ -18,6 +18,7 @@ __all__ = [
     "ApprovalDecided",
     "ApprovalGrant",
     "ApprovalPolicy",
+    "ApprovalRevoke",
     "Event",
     "SandboxModeSet",
     "ToolCalled",
@@ -116,10 +117,36 @@ class ApprovalPolicy(Event):
 
 @attrs.frozen(kw_only=True)
 class ApprovalGrant(Event):
-    """A remembered grant of ``tool_name`` on this session (and its live descendants)."""
+    """A remembered grant of ``tool_name`` on this session (and its live descendants).
+
+    The seed's grant is ``{toolName}`` alone: the whole tool, no id. Beyond: a grant given by
+    a person or a program has an ``id`` (revocable by it), ``command`` (the command prefix it
+    covers; absent: the whole tool), ``by`` (who gave it), ``at_ms`` (when, ms since the epoch)
+    and ``expires_at_ms`` (when it stops covering questions; absent: with the session).
+    """
 
     TYPE: ClassVar[str] = "approval/grant"
     tool_name: str
+    id: str | None = None
+    command: str | None = None
+    by: str | None = None
+    at_ms: int | None = None
+    expires_at_ms: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalRevoke(Event):
+    """A grant taken back (Beyond): by ``id``, or the seed's id-less grant by ``tool_name``.
+
+    ``expired`` marks a grant whose expiry passed (recorded when a question first found it
+    expired); ``by`` who revoked it.
+    """
+
+    TYPE: ClassVar[str] = "approval/revoke"
+    id: str | None = None
+    tool_name: str | None = None
+    by: str | None = None
+    expired: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -46,6 +46,11 @@ class SessionHost(Protocol):
         after the policy and before grants and answerers."""
         ...
 
+    def now_ms(self) -> int:
+        """Wall-clock time in ms since the epoch, read through trio's clock (so a test's
+        ``autojump_clock`` moves it): what grants' expiries are judged by."""
+        ...
+
     @property
     def delegation(self) -> Delegation:
         """How delegated children are seeded and whose answerers they may reach."""

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._events import ApprovalGrant, ApprovalPolicy, Event
+from ._events import ApprovalGrant, ApprovalPolicy, ApprovalRevoke, Event
+from ._grants import grant_allowing
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     from ._agent import Agent
     from ._appends import SessionLog
     from ._host import SessionHost
-    from ._projection import ApprovalState
+    from ._projection import ApprovalState, Grant
     from ._vocabulary import Policy
 
 __all__ = ["PolicyAndGrants"]
@@ -55,6 +59,28 @@ class PolicyAndGrants:
         """The last ``approval/policy`` of this session, else the host's default."""
         override = self.log.state.policy
         return self.host.policy if override is None else override
+
+    def grant_covering(
+        self, tool_name: str, arguments: Mapping[str, Any] | None, now_ms: int
+    ) -> tuple[str | None, tuple[Grant, ...]]:
+        """The grant that allows this call here or on a live ancestor — its id, or the tool's
+        name for the seed's id-less grant — or None; and this session's grants found expired
+        (the caller records their expiry). An expired grant covers nothing."""
+        expired: tuple[Grant, ...] = ()
+        session: PolicyAndGrants | None = self
+        while session is not None and (session is self or session.is_open):
+            state = session.log.state
+            if tool_name in state.grants:
+                return tool_name, expired
+            if state.granted:
+                live = [g for g in state.granted if not g.expired(now_ms)]
+                if session is self and len(live) != len(state.granted):
+                    expired = tuple(g for g in state.granted if g.expired(now_ms))
+                found = grant_allowing(live, tool_name, arguments)
+                if found is not None:
+                    return found.id, expired
+            session = session.parent
+        return None, expired
 
     def is_granted(self, tool_name: str) -> bool:
         """Whether this session, or a live ancestor, holds a grant for *tool_name*."""
@@ -100,6 +126,25 @@ class PolicyAndGrants:
             return False
         self.agent.queue_switch(previous[0], policy)
         return True
+
+    async def add_grant(self, grant: Grant) -> None:
+        """Record *grant* (an ``approval/grant`` with its id). Allowed outside a turn.
+        Cancellation: the grant may still land."""
+        await self.log.append(grant.event())
+
+    async def revoke(self, grant_id: str, by: str | None) -> bool:
+        """Take back the grant *grant_id* (an id, or a tool's name for the seed's id-less
+        grant); False when this session holds no such grant. Allowed outside a turn.
+        Cancellation: the revocation may still land."""
+
+        def revoke(state: ApprovalState) -> Event | None:
+            if any(g.id == grant_id for g in state.granted):
+                return ApprovalRevoke(id=grant_id, by=by)
+            if grant_id in state.grants:
+                return ApprovalRevoke(tool_name=grant_id, by=by)
+            return None
+
+        return await self.log.append(revoke) is not None
 
     async def grant(self, tool_name: str) -> bool:
         """Remember *tool_name* here (and for live descendants); False when already granted.

@@ -16,6 +16,7 @@ from ._events import (
     ApprovalDecided,
     ApprovalGrant,
     ApprovalPolicy,
+    ApprovalRevoke,
     Event,
     SandboxModeSet,
     TurnEnd,
@@ -23,7 +24,29 @@ from ._events import (
 )
 from ._vocabulary import Policy
 
-__all__ = ["EMPTY_STATE", "ApprovalState", "fold", "fold_all"]
+__all__ = ["EMPTY_STATE", "ApprovalState", "Grant", "fold", "fold_all"]
+
+
+@attrs.frozen(kw_only=True)
+class Grant:
+    """A grant with an id (``approval/grant`` Beyond): ``tool_name`` and, when ``command`` is
+    set, only commands starting with it; given ``by`` whom, ``at_ms``, until
+    ``expires_at_ms`` (``None``: as long as the session)."""
+
+    id: str
+    tool_name: str
+    command: str | None = None
+    by: str | None = None
+    at_ms: int | None = None
+    expires_at_ms: int | None = None
+
+    def expired(self, now_ms: int) -> bool:
+        """Whether its expiry has passed at *now_ms*."""
+        return self.expires_at_ms is not None and self.expires_at_ms <= now_ms
+
+    def event(self) -> ApprovalGrant:
+        """The ``approval/grant`` that records it (its fold gives this grant back)."""
+        return ApprovalGrant(tool_name=self.tool_name, **attrs.asdict(self, filter=_not_tool))
 
 
 @attrs.frozen(kw_only=True)
@@ -43,6 +66,7 @@ class ApprovalState:
     turn: int = 0
     turn_open: bool = False
     grants: frozenset[str] = frozenset()
+    granted: tuple[Grant, ...] = ()
     pending: frozenset[str] = frozenset()
     delegated: bool = False
     events: int = 0
@@ -58,6 +82,7 @@ def fold(state: ApprovalState, event: Event) -> ApprovalState:
     policy, sandbox_mode = state.policy, state.sandbox_mode
     turn, turn_open = state.turn, state.turn_open
     grants, pending, delegated = state.grants, state.pending, state.delegated
+    granted = state.granted
     if isinstance(event, ApprovalAsked):
         pending = pending | {event.id}
     elif isinstance(event, ApprovalDecided):
@@ -70,7 +95,15 @@ def fold(state: ApprovalState, event: Event) -> ApprovalState:
         policy = event.policy
         delegated = delegated or event.source == "delegation"
     elif isinstance(event, ApprovalGrant):
-        grants = grants | {event.tool_name}
+        if event.id is None:
+            grants = grants | {event.tool_name}
+        elif all(g.id != event.id for g in granted):
+            granted = (*granted, _grant_of(event))
+    elif isinstance(event, ApprovalRevoke):
+        if event.id is not None:
+            granted = tuple(g for g in granted if g.id != event.id)
+        if event.tool_name is not None:
+            grants = grants - {event.tool_name}
     elif isinstance(event, SandboxModeSet):
         sandbox_mode = event.mode
     return ApprovalState(
@@ -79,10 +112,27 @@ def fold(state: ApprovalState, event: Event) -> ApprovalState:
         turn=turn,
         turn_open=turn_open,
         grants=grants,
+        granted=granted,
         pending=pending,
         delegated=delegated,
         events=state.events + 1,
     )
+
+
+def _not_tool(attribute: attrs.Attribute[object], _value: object) -> bool:
+    return attribute.name != "tool_name"
+
+
+def _grant_of(event: ApprovalGrant) -> Grant:
+    assert event.id is not None
+    return Grant(**attrs.asdict(event, filter=_has_grant_field))
+
+
+_GRANT_FIELDS = frozenset(f.name for f in attrs.fields(Grant))
+
+
+def _has_grant_field(attribute: attrs.Attribute[object], _value: object) -> bool:
+    return attribute.name in _GRANT_FIELDS
 
 
 def fold_all(events: Iterable[Event], state: ApprovalState | None = None) -> ApprovalState:

@@ -21,7 +21,7 @@ from ._appends import Lifecycle, if_pending
 from ._arguments import arguments_digest
 from ._collapse import collapse_single
 from ._errors import SessionClosedError, TurnError
-from ._events import ApprovalAsked, ApprovalDecided, Event
+from ._events import ApprovalAsked, ApprovalDecided, ApprovalRevoke, Event
 from ._flight import Flight, Withdrawal
 from ._request import ASKING, Asking
 from ._signal import is_aborted
@@ -30,10 +30,13 @@ from ._vocabulary import Outcome, Policy, Source
 from .rules._model import RuleDecision
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     from ._agent import Agent
     from ._answerers import AnswererHandle
-    from ._appends import Builder, SessionLog
-    from ._projection import ApprovalState
+    from ._appends import Appendable, Builder, SessionLog
+    from ._projection import ApprovalState, Grant
     from ._request import ApprovalRequest
     from .rules import Rule, RuleSet
 
@@ -136,6 +139,9 @@ class Asker(Protocol):
     @property
     def rules(self) -> RuleSet: ...
     def is_granted(self, tool_name: str) -> bool: ...
+    def grant_covering(
+        self, tool_name: str, arguments: Mapping[str, Any] | None, now_ms: int
+    ) -> tuple[str | None, tuple[Grant, ...]]: ...
     def answerer_chain(self) -> list[AnswererHandle]: ...
     def require_open(self, parameter: str = "session", action: str = "use") -> None: ...
 
@@ -154,6 +160,8 @@ class Questions:
     # Created when first needed: an idle session should cost as little memory as possible.
     _settled: trio.Event | None = attrs.field(default=None, init=False)
     turn_ending: bool = attrs.field(default=False, init=False)
+    # Grants the last decision found expired, recorded with its question's events.
+    _expired: tuple[Grant, ...] = attrs.field(default=(), init=False)
 
     def __len__(self) -> int:
         return 0 if self._flights is None else len(self._flights)
@@ -211,7 +219,7 @@ class Questions:
                 decided_now = self._decide_now(req, flight)
                 if decided_now is not None:
                     return await self._put_decided(put, request_id, decided_now, req)
-                asked_submission = await session_log.sequence_now(put)
+                asked_submission = await session_log.sequence_now(*self._expiries(), put)
                 assert asked_submission is not None  # put always builds
                 await session_log.durable(asked_submission, schedule=False, shielded=False)
                 # The waterfall's context: req.question_id reads it (a context variable set
@@ -283,7 +291,7 @@ class Questions:
             grant=settled.grant,
         )
         session_log = self._log
-        submitted = await session_log.sequence_now(put, decided)
+        submitted = await session_log.sequence_now(*self._expiries(), put, decided)
         assert submitted is not None  # put always builds
         await session_log.durable(submitted, schedule=True, shielded=True)
         return Decision(
@@ -320,11 +328,28 @@ class Questions:
                 return _Settled(
                     Outcome.ALLOWED_ONCE, Source.RULE, remembered=True, rule=verdict.rule
                 )
-        if session.is_granted(req.tool_name):
-            return _Settled(
-                Outcome.ALLOWED_ONCE, Source.GRANT, remembered=True, grant=req.tool_name
-            )
+        grant, expired = session.grant_covering(
+            req.tool_name, req.arguments, self._log.host.now_ms()
+        )
+        if expired:
+            self._expired = expired
+        if grant is not None:
+            return _Settled(Outcome.ALLOWED_ONCE, Source.GRANT, remembered=True, grant=grant)
         return None
+
+    def _expiries(self) -> tuple[Appendable, ...]:
+        """The expiry of each grant the last decision found expired, once each (a builder: a
+        grant revoked meanwhile is not expired again)."""
+        expired, self._expired = self._expired, ()
+
+        def expire(grant_id: str) -> Builder:
+            def build(state: ApprovalState) -> Event | None:
+                live = any(g.id == grant_id for g in state.granted)
+                return ApprovalRevoke(id=grant_id, expired=True) if live else None
+
+            return build
+
+        return tuple(expire(g.id) for g in expired)
 
     async def _decide(self, req: ApprovalRequest, flight: Flight) -> Outcome:
         """Steps 3.4–3.5, after :meth:`_decide_now` found no answer: the waterfall inside the

@@ -39,6 +39,7 @@ import attrs
 import trio
 
 from ._decision import Answer
+from ._grants import always_offer
 from ._request import current_question
 from ._vocabulary import Outcome
 from .store._board import PendingQuestion
@@ -78,7 +79,8 @@ class RemoteAnswerer:
     board: AnswerBoard
     owner: str = attrs.field(factory=process_owner)
     deadline: float | None = attrs.field(default=None, validator=_check_deadline)
-    grant: Callable[[ApprovalRequest], Awaitable[object]] | None = None
+    #: Remembers "always allow" for a request (given who answered), when offered.
+    grant: Callable[[ApprovalRequest, str | None], Awaitable[object]] | None = None
 
     #: What the log calls it (``answerer`` of ``approval/decided``).
     answerer_name: ClassVar[str] = "board"
@@ -90,6 +92,7 @@ class RemoteAnswerer:
         now_ms = time.time_ns() // 1_000_000
         deadline_ms = now_ms + int(self.deadline * 1000) if self.deadline is not None else None
         session = req.agent.session
+        offer = always_offer(req) if self.grant is not None else None
         pending = PendingQuestion(
             id=question.id,
             session_id=session.id,
@@ -101,7 +104,8 @@ class RemoteAnswerer:
             asked_at_ms=now_ms,
             owner=self.owner,
             deadline_ms=deadline_ms,
-            offers_always=self.grant is not None,
+            offers_always=offer is not None,
+            always_rule=offer,
         )
         # Registered before publishing: whatever happens from here, the board learns the end.
         question.hooks.append(lambda outcome: self.board.retire(question.id, outcome))
@@ -110,6 +114,6 @@ class RemoteAnswerer:
         with trio.move_on_after(self.deadline if self.deadline is not None else math.inf):
             answer = await self.board.wait_answer(question.id)
             if answer.always and self.grant is not None:
-                await self.grant(req)  # remembered before the allow is recorded
+                await self.grant(req, answer.by)  # remembered before the allow is recorded
             return Answer(outcome=answer.outcome, by=answer.by)
         return Answer(outcome=Outcome.UNAVAILABLE, expired=True)  # the deadline, not a "no"

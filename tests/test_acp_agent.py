@@ -347,7 +347,7 @@ async def test_allow_always_is_offered_only_when_enabled_and_is_remembered(
             await client.prompt(sid)
     assert client.permission_params[0]["options"][-1] == {
         "optionId": "allow-always",
-        "name": "Always allow",
+        "name": "Always allow bash (this session)",  # the escalation carries no command
         "kind": "allow_always",
     }
     assert client.decided(sid) == [Outcome.ALLOWED_ONCE]

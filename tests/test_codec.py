@@ -149,7 +149,8 @@ def _has_null(value: object) -> bool:
         (
             '{"type":"approval/nope","data":{}}',
             r"^unknown event type 'approval/nope': expected one of agent/message, approval/asked, "
-            r"approval/decided, approval/grant, approval/policy, sandbox/mode, tool/call, "
+            r"approval/decided, approval/grant, approval/policy, approval/revoke, sandbox/mode, "
+            r"tool/call, "
             r"tool/result, turn/end, turn/start, user/message$",
         ),
         (
@@ -158,8 +159,8 @@ def _has_null(value: object) -> bool:
         ),
         (
             '{"type":"approval/grant","data":{"toolName":"bash","tool":"x"}}',
-            r"^malformed 'approval/grant' event: unexpected keys \(tool\): expected only toolName "
-            r"@ \$$",
+            r"^malformed 'approval/grant' event: unexpected keys \(tool\): expected only toolName, "
+            r"id, command, by, atMs, expiresAtMs @ \$$",
         ),
         (
             '{"type":"approval/decided","data":{"id":"x","outcome":"allowed"}}',

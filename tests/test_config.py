@@ -126,7 +126,7 @@ def test_overrides_win_and_default_store_applies_only_when_unnamed(
         (
             "polcy = 1",
             "unexpected keys (polcy): expected only policy, delegation, sandbox, scenario, "
-            "store, hooks, permission_deadline, allow_always, remote_answers, max_steps, "
+            "store, hooks, rules, permission_deadline, allow_always, remote_answers, max_steps, "
             "command_time_limit",
         ),
     ],
@@ -174,4 +174,34 @@ def test_remote_answers_is_a_setting(tmp_path: pathlib.Path) -> None:
     assert Composition.load(config, remote_answers=False).remote_answers is False
     config.write_text('remote_answers = "yes"\n')
     with pytest.raises(CompositionError, match=r"remote_answers: expected true or false"):
+        Composition.load(config)
+
+
+def test_rules_files_and_the_hooks_permissions_are_the_compositions_rules(
+    tmp_path: pathlib.Path,
+) -> None:
+    (tmp_path / "rules.toml").write_text(
+        '[[rules]]\ndecision = "deny"\ntool = "bash"\ncommand = "rm"\n'
+    )
+    (tmp_path / "settings.json").write_text(
+        '{"permissions": {"allow": ["Bash(git status:*)"]}, "hooks": {}}'
+    )
+    config = tmp_path / "broker.toml"
+    config.write_text('rules = ["rules.toml"]\nhooks = "settings.json"\n')
+    rules = Composition.load(config).rules
+    assert rules.decide("bash", {"command": "git status -s"}).decision == "allow"
+    assert rules.decide("bash", {"command": "git status; rm -rf /"}).decision == "deny"
+    assert rules.decide("bash", {"command": "ls"}).decision is None
+    assert len(Composition.load().rules) == 0
+
+
+def test_a_bad_rules_file_names_the_config_and_the_rule(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "rules.toml").write_text('[[rules]]\ndecision = "allow"\n')
+    config = tmp_path / "broker.toml"
+    config.write_text('rules = ["rules.toml"]\n')
+    with pytest.raises(
+        CompositionError,
+        match=rf"^config '{config}': rules: rules file {tmp_path / 'rules.toml'}: rule 1: "
+        r"tool must be a glob on the tool name, got None",
+    ):
         Composition.load(config)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.rules import _shell
 from broker.rules._shell import CommandPart, ParsedCommand, parse_command, split_words
 
 
@@ -622,3 +623,62 @@ def test_shell_shaped_noise_never_raises(fragments: list[str]) -> None:
     assert parsed.error is None or not parsed.error.startswith("internal")
     for part in parsed.parts:
         assert part.opaque is None or part.opaque == part.opaque.lower()
+
+
+# -- the fast path for plain lines ---------------------------------------------------------
+
+_PLAIN_WORDS = st.sampled_from(
+    [
+        "git",
+        "status",
+        "ls",
+        "-l",
+        "--x=y",
+        "a/b.c",
+        "FOO=1",
+        "sudo",
+        "env",
+        "bash",
+        "-c",
+        "eval",
+        "exec",
+        "find",
+        "-exec",
+        "if",
+        "then",
+        "fi",
+        "for",
+        "do",
+        "done",
+        "su",
+        "%1",
+        "/usr/bin/env",
+        "./run",
+        "x,y",
+        "a:b",
+        "1",
+        "+",
+        "@h",
+    ]
+)
+_PLAIN_GLUE = st.sampled_from([" ", "  ", "\t", ";", " ; ", "&&", " || ", "|", " |& ", "&", "\n"])
+
+
+@given(st.lists(st.tuples(_PLAIN_WORDS, _PLAIN_GLUE), min_size=1, max_size=8), _PLAIN_WORDS)
+@settings(max_examples=400, deadline=None)
+def test_the_fast_path_agrees_with_the_full_parser(
+    pieces: list[tuple[str, str]], last: str
+) -> None:
+    text = "".join(w + g for w, g in pieces) + last
+    fast = _shell._plain_parse(text)
+    parts, error = _shell._Parser(text, 0).run()
+    full = ParsedCommand(parts=tuple(parts), error=error)
+    if fast is not None:
+        assert fast == full
+    assert parse_command(text) == full
+
+
+def test_the_fast_path_takes_plain_lines_and_leaves_the_rest() -> None:
+    assert _shell._plain_parse("git status && npm test | tee x; ls -l & make") is not None
+    for text in ("FOO=1 ls", "sudo rm x", "ls > f", "echo $X", "ls\n", "if x", "ls *.py"):
+        assert _shell._plain_parse(text) is None, text

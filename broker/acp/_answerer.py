@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from .._decision import Answer
+from .._grants import always_offer, always_proposal
 from .._vocabulary import Outcome
 from ._errors import ConnectionClosed, JsonRpcError, WireDecodeError
 from ._wire import (
@@ -50,6 +51,11 @@ ALLOW_ALWAYS = PermissionOption(
 )
 
 
+def always_option(rule: str) -> PermissionOption:
+    """ "Always allow", naming the rule it remembers for the session (``bash: git status``)."""
+    return attrs.evolve(ALLOW_ALWAYS, name=f"Always allow {rule} (this session)")
+
+
 def describe_tool_call(call: RuntimeToolCall) -> tuple[str, ToolKind]:
     """The title and kind a client shows for *call* (a bash call's title is its command)."""
     command = call.arguments.get("command")
@@ -88,12 +94,13 @@ class AcpAnswerer:
 
     Anything else — another agent's question, a call-less one — is delegated with ``next()``.
     The client gets ``session/request_permission`` with the two one-shot options (plus
-    ``allow-always`` when the composition honours remembered grants). Mapping: ``cancelled`` →
-    ``cancelled``; ``allow-once`` → ``allowed-once``; ``allow-always`` (when offered) → a grant
-    of the tool on the session, then ``allowed-once``; any other option id → ``rejected``; a
-    JSON-RPC error, a broken connection, a malformed answer, or no answer before the deadline
-    → ``unavailable``. A withdrawn question cancels the request: the client is sent
-    ``$/cancel_request`` and a late answer is dropped.
+    ``allow-always`` when the composition honours remembered grants and the question has a rule
+    to remember: its name says which, e.g. ``Always allow bash: git status (this session)``).
+    Mapping: ``cancelled`` → ``cancelled``; ``allow-once`` → ``allowed-once``; ``allow-always``
+    (when offered) → a grant of that rule on the session, then ``allowed-once``; any other
+    option id → ``rejected``; a JSON-RPC error, a broken connection, a malformed answer, or no
+    answer before the deadline → ``unavailable``. A withdrawn question cancels the request:
+    the client is sent ``$/cancel_request`` and a late answer is dropped.
 
     *calls* is the session's running tool calls by id (kept by the agent's update stream):
     the permission request's ``toolCall`` carries the title, kind, ``rawInput`` and reason of
@@ -116,7 +123,8 @@ class AcpAnswerer:
         cancelled with ``$/cancel_request``; its late answer is dropped."""
         if req.agent is not self.agent or req.call_id is None:
             return await next_()
-        options = (ALLOW_ONCE, REJECT_ONCE, *((ALLOW_ALWAYS,) if self.allow_always else ()))
+        offer = always_offer(req) if self.allow_always else None
+        options = (ALLOW_ONCE, REJECT_ONCE, *((always_option(offer),) if offer else ()))
         params = to_wire(
             RequestPermissionRequest(
                 session_id=self.acp_session_id,
@@ -152,7 +160,9 @@ class AcpAnswerer:
             return Outcome.CANCELLED
         if outcome.option_id == ALLOW_ONCE.option_id:
             return Outcome.ALLOWED_ONCE
-        if self.allow_always and outcome.option_id == ALLOW_ALWAYS.option_id:
-            await self.broker.grant(req.agent.session, req.tool_name)
+        if offer is not None and outcome.option_id == ALLOW_ALWAYS.option_id:
+            await self.broker.remember(
+                req.agent.session, req.tool_name, command=always_proposal(req), by="acp client"
+            )
             return Outcome.ALLOWED_ONCE
         return Outcome.REJECTED

@@ -71,7 +71,17 @@ def register(sub: _Sub) -> None:
         "':memory:' for none (default: a new SQLite file per process under "
         "$XDG_STATE_HOME/broker/, so several agents never contend for one log)",
     )
-    parser.add_argument("--hooks", help="Claude Code settings file with PreToolUse hooks")
+    parser.add_argument(
+        "--hooks",
+        help="Claude Code settings file: its PreToolUse hooks run, its permissions are rules",
+    )
+    parser.add_argument(
+        "--rules",
+        action="append",
+        metavar="FILE",
+        help="a rules file (TOML, or a Claude Code settings .json; repeatable): deny rules "
+        "reject, allow rules allow, before the client is asked (broker rules check FILE)",
+    )
     parser.add_argument(
         "--permission-deadline",
         type=positive_seconds,
@@ -127,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
             scenario=args.scenario,
             store=args.store,
             hooks=args.hooks,
+            rules=args.rules,
             permission_deadline=args.permission_deadline,
             allow_always=args.allow_always,
             remote_answers=True if args.inbox is not None else args.remote_answers,
@@ -178,7 +189,10 @@ async def _serve(
             hook = _FrameTrace(files.enter_context(trace.open("a", encoding="utf-8")))
         connection = JsonRpcConnection(send_stream=stdout, receive_stream=stdin, on_frame=hook)
         async with open_broker(
-            policy=composition.policy, delegation=composition.delegation, store=composition.store
+            policy=composition.policy,
+            delegation=composition.delegation,
+            store=composition.store,
+            rules=composition.rules,
         ) as broker:
             serving = partial(serve_acp, connection, broker, composition, executor)
             await (serving() if inbox is None else with_inbox(broker, inbox, serving))

@@ -68,8 +68,8 @@ def register(sub: _Sub) -> None:
     answer.add_argument(
         "verb",
         choices=sorted(_VERBS),
-        help="allow (once), reject, or always (allow, and remember the tool for the session, "
-        "where the question offers it)",
+        help="allow (once), reject, or always (allow, and remember for the session the rule "
+        "the question shows, e.g. 'bash: git status', where it offers it)",
     )
     answer.add_argument("--by", help="who answers (recorded as answeredBy)")
     answer.add_argument(
@@ -100,6 +100,8 @@ def _row(question: PendingQuestion) -> dict[str, object]:
         "askedAt": _when(question.asked_at_ms),
         "deadline": _when(question.deadline_ms) if question.deadline_ms is not None else None,
         "owner": question.owner,
+        # What "always" would remember for the session (None: it is not offered).
+        "always": question.always_rule if question.offers_always else None,
     }
 
 
@@ -117,7 +119,7 @@ def run_pending(args: argparse.Namespace) -> int:
         return EXIT_OK
     for row in rows:
         print(printable(str(row["id"])))
-        for key in ("session", "agent", "tool", "callId", "reason", "displayReason"):
+        for key in ("session", "agent", "tool", "callId", "reason", "displayReason", "always"):
             if row[key] is not None:
                 print(f"  {key}: {printable(str(row[key]))}")
         print(f"  askedAt: {row['askedAt']}  owner: {printable(str(row['owner']))}")

@@ -105,6 +105,17 @@ class _ToolView:
 
     plain: dict[RuleDecision, tuple[Rule, ...]]
     by_word: dict[RuleDecision, dict[str, tuple[Rule, ...]]]
+    #: Whether any rule has a command (only then is the command parsed).
+    commands: bool = attrs.field(init=False)
+    #: Whether any deny or ask rule names this tool (else only allow rules are read).
+    restricts: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "commands", any(self.by_word.values()))
+        restricts = any(
+            self.plain[d] or self.by_word[d] for d in (RuleDecision.DENY, RuleDecision.ASK)
+        )
+        object.__setattr__(self, "restricts", restricts)
 
     @classmethod
     def of(cls, rules: Iterable[Rule]) -> _ToolView:
@@ -119,9 +130,6 @@ class _ToolView:
             {d: tuple(r) for d, r in plain.items()},
             {d: {w: tuple(r) for w, r in m.items()} for d, m in by_word.items()},
         )
-
-    def has_commands(self) -> bool:
-        return any(self.by_word.values())
 
 
 def _strength(rule: Rule) -> tuple[int, int]:
@@ -173,11 +181,12 @@ class RuleSet:
         if not self.rules:
             return NO_RULE
         view = self._view(tool_name)
-        parsed = command_of(arguments) if view.has_commands() else None
-        for decision in (RuleDecision.DENY, RuleDecision.ASK):
-            rule = self._first_covering(view, decision, parsed, arguments, cwd)
-            if rule is not None:
-                return Verdict(decision=decision, rule=rule, parts=_parts_of(parsed, rule))
+        parsed = command_of(arguments) if view.commands else None
+        if view.restricts:
+            for decision in (RuleDecision.DENY, RuleDecision.ASK):
+                rule = self._first_covering(view, decision, parsed, arguments, cwd)
+                if rule is not None:
+                    return Verdict(decision=decision, rule=rule, parts=_parts_of(parsed, rule))
         return self._allowed(view, parsed, arguments, cwd)
 
     def _first_covering(
@@ -242,16 +251,12 @@ class RuleSet:
             if part.opaque is not None or not part.words:
                 verdicts.append(PartVerdict(text=part.text, note=part.opaque or "no command"))
                 continue
-            rule = next(
-                (
-                    r
-                    for r in index.get(part.words[0], ())
-                    if r.matches_words(part.words) and r.matches_args(arguments, cwd=cwd)
-                ),
-                None,
-            )
-            note = None if rule is not None else "no allow rule covers it"
-            verdicts.append(PartVerdict(text=part.text, rule=rule, note=note))
+            for rule in index.get(part.words[0], ()):
+                if rule.matches_words(part.words) and rule.matches_args(arguments, cwd=cwd):
+                    verdicts.append(PartVerdict(text=part.text, rule=rule))
+                    break
+            else:
+                verdicts.append(PartVerdict(text=part.text, note="no allow rule covers it"))
         return tuple(verdicts)
 
 

@@ -47,7 +47,13 @@ from ._shell import split_words
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["RulesFileError", "load_rules", "parse_rules", "rules_from_claude_code"]
+__all__ = [
+    "RulesFileError",
+    "claude_code_permissions",
+    "load_rules",
+    "parse_rules",
+    "rules_from_claude_code",
+]
 
 _RULE_KEYS = ("decision", "tool", "command", "args", "examples", "counterexamples", "reason")
 _TOP_KEYS = ("rules", "allow", "ask", "deny")
@@ -294,6 +300,25 @@ def _example_arguments(rule: Rule, example: object) -> dict[str, Any] | None:
 
 
 # -- Claude Code's permissions --------------------------------------------------------------
+
+
+def claude_code_permissions(
+    path: str | os.PathLike[str], layer: Layer = Layer.PROJECT
+) -> tuple[Rule, ...]:
+    """The rules of a Claude Code settings file's ``permissions`` (none when it has none),
+    whatever the file's name: the hook bridge's settings file. :class:`RulesFileError` when
+    the file or its permissions cannot be read."""
+    where = os.fspath(path)
+    file = pathlib.Path(where)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RulesFileError([f"rules file {where}: cannot be read as JSON ({exc})"]) from None
+    if not isinstance(data, dict) or "permissions" not in data:
+        return ()
+    return rules_from_claude_code(
+        data["permissions"], where=where, layer=layer, base=_project_root(file)
+    )
 
 
 def rules_from_claude_code(

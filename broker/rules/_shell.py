@@ -77,6 +77,9 @@ class ParsedCommand:
 
 def parse_command(text: str) -> ParsedCommand:
     """Split *text* into the simple commands a shell would run; never raises."""
+    fast = _plain_parse(text)
+    if fast is not None:
+        return fast
     try:
         parts, error = _Parser(text, 0).run()
     except RecursionError:
@@ -85,6 +88,34 @@ def parse_command(text: str) -> ParsedCommand:
         # The rule engine must fail closed, not crash, if this parser has a bug.
         return ParsedCommand(parts=(), error=f"internal parser error ({type(exc).__name__})")
     return ParsedCommand(parts=tuple(parts), error=error)
+
+
+# The fast path: a line of plain words (no quoting, expansion, redirection, globbing, comment
+# or keyword) joined by separators, none of whose programs the full parser treats specially,
+# is split by two regular expressions. Anything else — or anything this path is unsure of —
+# returns None and goes to the full parser; a property test checks both agree.
+_PLAIN_LINE = re.compile(r"[A-Za-z0-9_\-./,:=+%@ \t\n;&|]*")
+_PLAIN_SEPARATOR = re.compile(r"\|\||&&|\|&|[;&|\n]")
+_PLAIN_WORD = re.compile(r"[^ \t]+")
+
+
+def _plain_parse(text: str) -> ParsedCommand | None:
+    if _PLAIN_LINE.fullmatch(text) is None:
+        return None
+    parts: list[CommandPart] = []
+    for segment in _PLAIN_SEPARATOR.split(text):
+        words = tuple(_PLAIN_WORD.findall(segment))
+        if not words:
+            return None  # an empty command: the full parser says whether it is an error
+        program = words[0]
+        if (
+            "=" in program
+            or program in _KEYWORDS
+            or program.rsplit("/", 1)[-1] in _SPECIAL_PROGRAMS
+        ):
+            return None
+        parts.append(CommandPart(words=words, text=segment.strip(" \t")))
+    return ParsedCommand(parts=tuple(parts))
 
 
 def split_words(text: str) -> tuple[str, ...] | None:
@@ -189,6 +220,8 @@ _STRING_OPTIONS: dict[str, frozenset[str]] = {
 # Non-option words a wrapper takes before the wrapped command (timeout's duration).
 _POSITIONALS = {"timeout": 1, "chroot": 1, "flock": 1}
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+# Programs whose words the full parser reads (their own reasons, or nested commands).
+_SPECIAL_PROGRAMS = _SHELLS | _WRAPPERS | {"eval", "source", ".", "exec", "find", "su", "runuser"}
 
 
 class _ParseError(Exception):

@@ -93,8 +93,11 @@ class PendingQuestion:
     asked_at_ms: int
     owner: str
     deadline_ms: int | None = None
-    #: The asker can honour "always allow" (a remembered grant of the tool on the session).
+    #: The asker can honour "always allow" (a grant on the session of ``always_rule``).
     offers_always: bool = False
+    #: What "always allow" remembers, shown before it is chosen: ``bash: git status`` (a
+    #: command's prefix) or the tool's name (the whole tool).
+    always_rule: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -26,7 +26,7 @@ from .._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, problems
 from .._codec import converter, register_wire_type, utf8_safe
 from .._errors import BrokerError
 from .._json_names import json_type
-from .._projection import ApprovalState
+from .._projection import ApprovalState, Grant
 
 __all__ = ["PROJECTION_FINGERPRINT", "CheckpointDecodeError", "decode_state", "encode_state"]
 
@@ -68,6 +68,7 @@ def _structure_str_set(value: object, _tp: object) -> frozenset[str]:
 # because cattrs binds field hooks when it generates a class's hook.
 converter.register_unstructure_hook_func(_is_str_frozenset, _unstructure_str_set)
 converter.register_structure_hook_func(_is_str_frozenset, _structure_str_set)
+register_wire_type(Grant)
 register_wire_type(ApprovalState)
 
 

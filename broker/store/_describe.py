@@ -6,6 +6,7 @@ Nothing here escapes: callers pass the line through :func:`broker._display.print
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from .._events import (
@@ -13,6 +14,7 @@ from .._events import (
     ApprovalDecided,
     ApprovalGrant,
     ApprovalPolicy,
+    ApprovalRevoke,
     TurnEnd,
     TurnStart,
 )
@@ -43,10 +45,29 @@ def describe_entry(entry: TimelineEntry, *, aligned: bool = False) -> str:
         source = "" if event.source is None else f" (source {event.source})"
         verb, text = "policy", f"{event.policy}{source}"
     elif isinstance(event, ApprovalGrant):
-        verb, text = "grant", f"tool {event.tool_name}"
+        verb, text = "grant", _grant(event)
+    elif isinstance(event, ApprovalRevoke):
+        what = event.id if event.id is not None else f"tool {event.tool_name}"
+        how = "expired" if event.expired else "revoked"
+        by = f" by {event.by}" if event.by is not None else ""
+        verb, text = how, f"grant {what}{by}"
     else:
         return event.TYPE
     return f"{verb:<7} {text}" if aligned else f"{verb} {text}"
+
+
+def _grant(event: ApprovalGrant) -> str:
+    text = f"tool {event.tool_name}"
+    if event.command is not None:
+        text += f" command {event.command!r}"
+    if event.id is not None:
+        text += f" id {event.id}"
+    if event.by is not None:
+        text += f" by {event.by}"
+    if event.expires_at_ms is not None:
+        until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(event.expires_at_ms / 1000))
+        text += f" until {until}"
+    return text
 
 
 def _asked(entry: TimelineEntry, event: ApprovalAsked) -> str:

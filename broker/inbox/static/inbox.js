@@ -64,10 +64,11 @@ function card(q) {
   reject.addEventListener("click", () => answer(q.id, "rejected"));
   actions.append(allow);
   if (q.offersAlways) {
-    // Only where the asker can honour it: it remembers the tool for the session.
-    const always = text("button", "always", "Always allow");
+    // Only where the asker can honour it: it remembers the rule shown for the session.
+    const rule = q.alwaysRule || q.toolName;
+    const always = text("button", "always", `Always allow ${rule}`);
     always.type = "button";
-    always.title = `allow, and remember ${q.toolName} for this session`;
+    always.title = `allow, and remember ${rule} for this session`;
     always.addEventListener("click", () => answer(q.id, "allowed-once", true));
     actions.append(always);
   }
