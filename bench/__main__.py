@@ -19,7 +19,7 @@ from bench._plot import svg_panels
 from bench._suite import Result
 
 # Run in this order; each module has ``measure(quick: bool) -> Result``.
-BENCHES = ("latency", "cancel", "scale", "store", "runtime", "acp", "sandbox")
+BENCHES = ("latency", "cancel", "scale", "store", "runtime", "acp", "sandbox", "rules")
 
 
 def _table(results: list[Result]) -> list[str]:

@@ -134,7 +134,7 @@ def test_a_deny_rule_matches_if_any_part_does_nested_ones_included(tmp_path: pat
     ):
         assert decide(rules, command) is RuleDecision.DENY, command
     assert decide(rules, "ls -l") is None
-    verdict = rules.decide("bash", {"command": "ls; rm -rf /"})
+    verdict = rules.decide("bash", {"command": "ls; rm -rf /"}, explain=True)
     assert [p.text for p in verdict.parts] == ["rm -rf /"]
 
 
@@ -340,7 +340,7 @@ def test_the_rule_set_reads_few_rules_whatever_the_number_loaded(tmp_path: pathl
         for n in range(1000)
     )
     rules = RuleSet(load_rules(write(tmp_path, text), Layer.PROJECT))
-    verdict = rules.decide("bash", {"command": "tool7 run x && tool999 run"})
+    verdict = rules.decide("bash", {"command": "tool7 run x && tool999 run"}, explain=True)
     assert verdict.decision is RuleDecision.ALLOW
     assert [p.rule.origin.index for p in verdict.parts if p.rule] == [8, 1000]
 
@@ -396,3 +396,26 @@ def test_no_allow_rule_matches_a_command_with_an_unmatched_part(
 def _allow_prefix(prefix: tuple[str, ...], n: int) -> list[Rule]:
     origin = RuleOrigin(layer=Layer.PROJECT, index=n)
     return [Rule.build(decision=RuleDecision.ALLOW, tools=("bash",), command=prefix, origin=origin)]
+
+
+@given(
+    parts=st.lists(
+        st.tuples(st.sampled_from([*PREFIXES, ("curl",), ("x", "y")]), st.lists(WORD, max_size=2)),
+        min_size=1,
+        max_size=4,
+    ),
+    separators=st.lists(SEPARATORS, min_size=4, max_size=4),
+    extra=st.sampled_from(["", " > out", " $(x)", " 'q'"]),
+)
+def test_deciding_with_and_without_an_explanation_agree(
+    parts: list[tuple[tuple[str, ...], list[str]]], separators: list[str], extra: str
+) -> None:
+    rules = RuleSet(
+        [r for n, prefix in enumerate(PREFIXES, start=1) for r in _allow_prefix(prefix, n)]
+    )
+    texts = [shlex.join([*p, *r]) for p, r in parts]
+    command = texts[0] + "".join(s + t for s, t in zip(separators, texts[1:], strict=False))
+    command += extra
+    quick = rules.decide("bash", {"command": command})
+    explained = rules.decide("bash", {"command": command}, explain=True)
+    assert (quick.decision, quick.rule) == (explained.decision, explained.rule)

@@ -114,7 +114,7 @@ def run_explain(args: argparse.Namespace) -> int:
         for problem in problems:
             print(printable(problem))
         return EXIT_PROBLEMS
-    verdict = RuleSet(rules).decide(args.tool, arguments, cwd=args.cwd)
+    verdict = RuleSet(rules).decide(args.tool, arguments, cwd=args.cwd, explain=True)
     if verdict.decision is None:
         print("decision: none: no rule decides; the answerers are asked")
     else:

@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 __all__ = ["PartVerdict", "RuleSet", "Verdict", "command_of"]
 
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
+# Recently parsed command lines (a parsed command is an immutable value): an agent asks about
+# the same commands again and again (a test run, a build). Small on purpose: a set of lines
+# larger than it misses every time and costs only the parse it would have cost anyway.
+_PARSED: dict[str, ParsedCommand] = {}
+_PARSED_LIMIT = 256
 _CACHE_LIMIT = 4096
 
 
@@ -82,7 +87,13 @@ def command_of(arguments: Mapping[str, Any] | None) -> ParsedCommand | None:
         return None
     command = arguments.get("command")
     if isinstance(command, str):
-        return parse_command(command)
+        parsed = _PARSED.get(command)
+        if parsed is None:
+            parsed = parse_command(command)
+            if len(_PARSED) >= _PARSED_LIMIT:
+                _PARSED.clear()  # bounded; a working set larger than it is simply parsed
+            _PARSED[command] = parsed
+        return parsed
     if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
         argv: tuple[str, ...] = tuple(command)
         program = argv[0].rsplit("/", 1)[-1]
@@ -175,9 +186,12 @@ class RuleSet:
         arguments: Mapping[str, Any] | None = None,
         *,
         cwd: str | None = None,
+        explain: bool = False,
     ) -> Verdict:
         """The rules' verdict on one call of *tool_name* with *arguments* (module doc).
-        Relative path arguments are read against *cwd* when given. Never raises."""
+        Relative path arguments are read against *cwd* when given. With *explain*, the
+        verdict lists a command's parts with the rule of each (or why none); without, only
+        what decides (the request algorithm's path). Never raises."""
         if not self.rules:
             return NO_RULE
         view = self._view(tool_name)
@@ -186,8 +200,9 @@ class RuleSet:
             for decision in (RuleDecision.DENY, RuleDecision.ASK):
                 rule = self._first_covering(view, decision, parsed, arguments, cwd)
                 if rule is not None:
-                    return Verdict(decision=decision, rule=rule, parts=_parts_of(parsed, rule))
-        return self._allowed(view, parsed, arguments, cwd)
+                    parts = _parts_of(parsed, rule) if explain else ()
+                    return Verdict(decision=decision, rule=rule, parts=parts)
+        return self._allowed(view, parsed, arguments, cwd, explain)
 
     def _first_covering(
         self,
@@ -199,19 +214,24 @@ class RuleSet:
     ) -> Rule | None:
         """The strongest deny (or ask) rule that covers the call: a plain one, or a command
         one that covers **any** part of the command, nested parts included."""
-        found: list[Rule] = [r for r in view.plain[decision] if r.matches_args(arguments, cwd=cwd)]
+        plain = view.plain[decision]
+        found = [r for r in plain if r.matches_args(arguments, cwd=cwd)] if plain else []
         index = view.by_word[decision]
         if parsed is not None and index:
             for part in parsed.parts:
-                if not part.words:
+                words = part.words
+                if not words:
                     continue
-                first = part.words[0]
-                words = (first, first.rsplit("/", 1)[-1]) if "/" in first else (first,)
-                for word in words:
-                    for rule in index.get(word, ()):
-                        if rule.matches_words(part.words) and rule.matches_args(arguments, cwd=cwd):
-                            found.append(rule)
-        return min(found, key=_strength) if found else None
+                first = words[0]
+                candidates = index.get(first, ())
+                if "/" in first:  # /bin/rm: a deny or ask rule on rm covers it too
+                    candidates += index.get(first.rsplit("/", 1)[-1], ())
+                for rule in candidates:
+                    if rule.matches_words(words) and rule.matches_args(arguments, cwd=cwd):
+                        found.append(rule)
+        if not found:
+            return None
+        return found[0] if len(found) == 1 else min(found, key=_strength)
 
     def _allowed(
         self,
@@ -219,21 +239,54 @@ class RuleSet:
         parsed: ParsedCommand | None,
         arguments: Mapping[str, Any] | None,
         cwd: str | None,
+        explain: bool,
     ) -> Verdict:
-        plain = [r for r in view.plain[RuleDecision.ALLOW] if r.matches_args(arguments, cwd=cwd)]
+        allow_plain = view.plain[RuleDecision.ALLOW]
+        plain = (
+            [r for r in allow_plain if r.matches_args(arguments, cwd=cwd)] if allow_plain else []
+        )
         index = view.by_word[RuleDecision.ALLOW]
         if parsed is None or not index:
             if plain:
                 return Verdict(decision=RuleDecision.ALLOW, rule=plain[0])
             return NO_RULE
-        parts = self._allowed_parts(parsed, index, arguments, cwd)
-        covered = [p.rule for p in parts if p.rule is not None]
         if plain:
             # A rule on the whole tool (or its arguments alone) needs no command to match.
+            parts = self._allowed_parts(parsed, index, arguments, cwd) if explain else ()
             return Verdict(decision=RuleDecision.ALLOW, rule=plain[0], parts=parts)
+        if not explain:
+            first = self._covers_every_part(parsed, index, arguments, cwd)
+            return NO_RULE if first is None else Verdict(decision=RuleDecision.ALLOW, rule=first)
+        parts = self._allowed_parts(parsed, index, arguments, cwd)
+        covered = [p.rule for p in parts if p.rule is not None]
         if parsed.allowable and parts and len(covered) == len(parts):
             return Verdict(decision=RuleDecision.ALLOW, rule=covered[0], parts=parts)
         return Verdict(decision=None, parts=parts)
+
+    @staticmethod
+    def _covers_every_part(
+        parsed: ParsedCommand,
+        index: dict[str, tuple[Rule, ...]],
+        arguments: Mapping[str, Any] | None,
+        cwd: str | None,
+    ) -> Rule | None:
+        """The allow rule of the first part when every top-level part is covered by one, the
+        command parsed cleanly and nothing is opaque; else None."""
+        if not parsed.allowable:
+            return None
+        first: Rule | None = None
+        for part in parsed.parts:
+            if part.nested:
+                continue
+            words = part.words
+            for rule in index.get(words[0], ()):
+                if rule.matches_words(words) and rule.matches_args(arguments, cwd=cwd):
+                    break
+            else:
+                return None
+            if first is None:
+                first = rule
+        return first
 
     def _allowed_parts(
         self,
