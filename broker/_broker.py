@@ -8,7 +8,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,7 @@ from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .rules import Rule, RuleSet
 from .store._board import (
     AnswerBoard,
+    GrantRevocation,
     HasAnswerBoard,
     PendingQuestion,
     RemoteAnswer,
@@ -123,6 +124,14 @@ class Broker:
     def __attrs_post_init__(self) -> None:
         self.shielded_waits = BoundedWaits(grace=self.settle_grace)
         self._epoch = time.time() - trio.current_time()
+
+    def revoked_elsewhere(self, grant_id: str) -> Awaitable[GrantRevocation | None] | None:
+        """Host interface: the store's board says whether *grant_id* was revoked from another
+        process; None on a store no other process shares (then :meth:`revoke` is the only
+        way, and it records the revocation in the log at once)."""
+        if not isinstance(self.store, HasAnswerBoard):
+            return None
+        return self.board.grant_revocation(grant_id)
 
     def now_ms(self) -> int:
         """Host interface: wall-clock ms since the epoch, advanced by trio's clock (a test's

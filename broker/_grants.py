@@ -159,8 +159,8 @@ def propose_command(command: object) -> str | None:
         words = top[0].words if parsed.allowable and len(top) == 1 else None
     else:
         words = None
-    if not words:
-        return None
+    if not words or not all(w.isascii() and w.isprintable() for w in words[:2]):
+        return None  # a rule a person approves must read as what it is: plain ASCII words
     program = words[0]
     if "/" in program or program in INTERPRETERS or program.startswith("-"):
         return None

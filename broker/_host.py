@@ -11,7 +11,7 @@ cycle (imports go downward: broker → session → host, answerers, values).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._bounded_waits import BoundedWaits
     from ._vocabulary import Delegation, Policy
     from .rules import RuleSet
+    from .store._board import GrantRevocation
     from .store._protocol import EventStore
 
 __all__ = ["SessionHost"]
@@ -49,6 +50,11 @@ class SessionHost(Protocol):
     def now_ms(self) -> int:
         """Wall-clock time in ms since the epoch, read through trio's clock (so a test's
         ``autojump_clock`` moves it): what grants' expiries are judged by."""
+        ...
+
+    def revoked_elsewhere(self, grant_id: str) -> Awaitable[GrantRevocation | None] | None:
+        """How to learn whether grant *grant_id* was revoked from another process (the
+        store's board), or None when no other process can revoke (an in-memory store)."""
         ...
 
     @property

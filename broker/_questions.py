@@ -217,6 +217,8 @@ class Questions:
                 # Steps 3.1-3.3 need no await: decided here, with nothing between them and
                 # sequencing asked (which changes neither the policy nor the grants they read).
                 decided_now = self._decide_now(req, flight)
+                if decided_now is not None and decided_now.source is Source.GRANT:
+                    decided_now = await self._unless_revoked(req, flight, decided_now)
                 if decided_now is not None:
                     return await self._put_decided(put, request_id, decided_now, req)
                 asked_submission = await session_log.sequence_now(*self._expiries(), put)
@@ -337,19 +339,34 @@ class Questions:
             return _Settled(Outcome.ALLOWED_ONCE, Source.GRANT, remembered=True, grant=grant)
         return None
 
+    async def _unless_revoked(
+        self, req: ApprovalRequest, flight: Flight, settled: _Settled
+    ) -> _Settled | None:
+        """*settled* (a grant allowed the call) unless that grant was revoked from another
+        process: then its revocation goes to this session's log and the question is decided
+        again (another grant, or the answerers). One read of the store's board per question
+        a grant decides. Cancellation: before the question is put; nothing is written."""
+        host = self._log.host
+        current: _Settled | None = settled
+        while current is not None and current.source is Source.GRANT:
+            grant_id = current.grant
+            if grant_id is None or not grant_id.startswith("g-"):
+                break  # the seed's grant of a whole tool: revoked only by this process
+            check = host.revoked_elsewhere(grant_id)
+            if check is None:
+                break
+            revocation = await check
+            if revocation is None:
+                break
+            await self._log.append(_revoked(grant_id, revocation.by))
+            current = self._decide_now(req, flight)
+        return current
+
     def _expiries(self) -> tuple[Appendable, ...]:
         """The expiry of each grant the last decision found expired, once each (a builder: a
         grant revoked meanwhile is not expired again)."""
         expired, self._expired = self._expired, ()
-
-        def expire(grant_id: str) -> Builder:
-            def build(state: ApprovalState) -> Event | None:
-                live = any(g.id == grant_id for g in state.granted)
-                return ApprovalRevoke(id=grant_id, expired=True) if live else None
-
-            return build
-
-        return tuple(expire(g.id) for g in expired)
+        return tuple(_revoked(g.id, None, expired=True) for g in expired)
 
     async def _decide(self, req: ApprovalRequest, flight: Flight) -> Outcome:
         """Steps 3.4–3.5, after :meth:`_decide_now` found no answer: the waterfall inside the
@@ -439,6 +456,16 @@ class Questions:
 async def _watch_event(event: trio.Event, flight: Flight) -> None:
     await event.wait()
     flight.withdraw(Withdrawal.ABORTED, "the trio.Event was set")
+
+
+def _revoked(grant_id: str, by: str | None, *, expired: bool = False) -> Builder:
+    """``approval/revoke`` of *grant_id*, unless this session no longer holds it."""
+
+    def build(state: ApprovalState) -> Event | None:
+        live = any(g.id == grant_id for g in state.granted)
+        return ApprovalRevoke(id=grant_id, by=by, expired=expired) if live else None
+
+    return build
 
 
 def _source_of(flight: Flight, outcome: Outcome) -> tuple[Source, str | None]:

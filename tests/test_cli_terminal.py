@@ -81,3 +81,38 @@ async def test_the_justification_is_shown_once(capsys: pytest.CaptureFixture[str
     assert f"│ asks:    {DISPLAY}" in out
     await ask(TerminalAnswerer(fixed=Outcome.REJECTED), display=None)
     assert f"│ reason:  {REASON}" in capsys.readouterr().out
+
+
+async def test_always_is_offered_with_its_rule_and_remembers_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    remembered: list[str | None] = []
+    async with open_broker() as broker, broker.open_session() as session:
+
+        async def remember(req: ApprovalRequest) -> object:
+            await trio.lowlevel.checkpoint()
+            command = req.arguments["command"] if req.arguments else None
+            remembered.append(command)
+            return None
+
+        answerer = TerminalAnswerer(stdin=io.StringIO("s\n"), remember=remember)
+        req = ApprovalRequest(
+            agent=session.agent, tool_name="bash", arguments={"command": "npm run build"}
+        )
+        with trio.fail_after(5):
+            assert await answerer(req, _never) is Outcome.ALLOWED_ONCE
+        # Nothing safe to remember: no [s] choice, and "s" is not an answer.
+        risky = ApprovalRequest(
+            agent=session.agent, tool_name="bash", arguments={"command": "curl x | sh"}
+        )
+        answerer = TerminalAnswerer(stdin=io.StringIO("s\nr\n"), remember=remember)
+        with trio.fail_after(5):
+            assert await answerer(risky, _never) is Outcome.REJECTED
+    assert remembered == ["npm run build"]
+    shown = capsys.readouterr().out
+    assert "[s] Always allow bash: npm run (this session)" in shown
+    assert shown.count("[s] Always allow") == 1
+
+
+async def _never() -> Outcome:
+    raise AssertionError("the terminal answerer is terminal: it must not delegate")

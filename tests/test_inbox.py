@@ -440,3 +440,48 @@ async def test_the_feed_reads_the_board_once_an_interval_and_only_while_a_page_l
         await trio.sleep(10)
         assert board.reads == after
         nursery.cancel_scope.cancel()
+
+
+async def test_grants_are_listed_and_revoked_from_the_page(tmp_path: pathlib.Path) -> None:
+    store = str(tmp_path / "log.sqlite")
+    with trio.fail_after(20):
+        async with open_broker(store=store) as broker, broker.open_session() as session:
+            grant = await broker.remember(session, "bash", command="npm run", by="alice")
+            async with open_inbox(broker) as page:
+                listed = await http(page.port, "GET", "/api/grants", headers=BEARER)
+                assert listed.status == 200
+                [shown] = json.loads(listed.body)["grants"]
+                assert (shown["id"], shown["command"], shown["by"], shown["status"]) == (
+                    grant.id,
+                    "npm run",
+                    "alice",
+                    "active",
+                )
+                body = json.dumps({"id": grant.id, "by": "bob"}).encode()
+                forged = await http(
+                    page.port,
+                    "POST",
+                    "/api/revoke",
+                    headers={"content-type": "application/json", **BEARER},
+                    body=body,
+                )
+                assert forged.status == 403  # no CSRF token: nothing revoked
+                assert await broker.board.grant_revocation(grant.id) is None
+                unknown = json.dumps({"id": "g-0000000000000000", "by": "bob"}).encode()
+                missing = await http(
+                    page.port, "POST", "/api/revoke", headers=answering(), body=unknown
+                )
+                assert missing.status == 404
+                done = await http(page.port, "POST", "/api/revoke", headers=answering(), body=body)
+                assert (done.status, json.loads(done.body)) == (
+                    200,
+                    {"id": grant.id, "outcome": "revoked", "by": "bob"},
+                )
+                listed = await http(page.port, "GET", "/api/grants", headers=BEARER)
+                assert json.loads(listed.body)["grants"][0]["status"] == "revoked by bob"
+            async with session.turn():
+                req = ApprovalRequest(
+                    agent=session.agent, tool_name="bash", arguments={"command": "npm run x"}
+                )
+                decision = await broker.request_decision(req)
+    assert decision.outcome is Outcome.UNAVAILABLE  # asked again: nobody here to answer

@@ -637,3 +637,32 @@ async def test_the_session_view_shows_the_log_paired_with_who_answered(
         rf"\(asked at #\d+, \d+\.\d{{3}}s\)",
         rows[2],
     )
+
+
+async def test_a_grant_is_revoked_with_its_button(tmp_path: pathlib.Path) -> None:
+    store = str(tmp_path / "log.sqlite")
+    async with open_broker(store=store) as broker, broker.open_session() as session:
+        grant = await broker.remember(session, "bash", command="npm run", by="alice")
+        async with open_inbox(broker) as inbox:
+
+            def script(browser: Browser) -> str:
+                page = open_page(browser, inbox, name="bob").page
+                row = page.locator(f'#grants li[data-id="{grant.id}"]')
+                row.wait_for()
+                assert row.locator(".rule").text_content() == "bash: npm run"
+                assert row.locator(".status").text_content() == "active"
+                row.get_by_role("button", name="Revoke").click()
+                page.wait_for_function(
+                    "id => document.querySelector(`#grants li[data-id='${id}'] .status`)"
+                    ".textContent === 'revoked by bob'",
+                    arg=grant.id,
+                )
+                # A revoked grant offers no button any more.
+                assert row.get_by_role("button", name="Revoke").count() == 0
+                return str(row.locator(".status").text_content())
+
+            shown = await in_browser(script)
+        revocation = await broker.board.grant_revocation(grant.id)
+    assert shown == "revoked by bob"
+    assert revocation is not None
+    assert revocation.by == "bob"

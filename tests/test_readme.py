@@ -1,4 +1,5 @@
-"""The README's library example runs as written (docs that match the code)."""
+"""The README's library example runs as written (docs that match the code), and the README stays
+a guide: short, no development history, every relative link naming a file of the repository."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ import re
 import subprocess
 import sys
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MAX_LINES = 250
+#: Development history: "stop 30", "issue 26", or a commit hash (7 to 40 hex digits standing
+#: alone, at least one a digit and one a letter, so plain words and numbers do not count).
+HISTORY = re.compile(
+    r"\b(?:stop|issue)s?\s+\d+"
+    r"|(?<![\w./-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w/-])",
+    re.I,
+)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 SNAPSHOT = (
     pathlib.Path(__file__).resolve().parent / "snapshots" / "escalation-approved.frames.jsonl"
 )
@@ -44,3 +55,50 @@ def test_the_readme_shows_the_recorded_permission_prompt() -> None:
     ]
     assert shown == recorded
     assert shown[0]["params"]["toolCall"]["rawInput"]["justification"]
+
+
+def history_in(text: str) -> list[str]:
+    """The history-looking tokens of *text* (``stop 31``, ``issue 26``, ``06bbb62``)."""
+    return [match.group(0) for match in HISTORY.finditer(text)]
+
+
+def broken_links(doc: pathlib.Path) -> list[str]:
+    """The relative links ``](path)`` of *doc* that name no file or folder of the repository."""
+    broken = []
+    for target in LINK.findall(doc.read_text(encoding="utf-8")):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+            continue  # a URL (a public project's page) or an anchor in the page itself
+        path = (doc.parent / target.split("#", 1)[0]).resolve()
+        if not path.is_relative_to(ROOT) or not path.exists():
+            broken.append(target)
+    return broken
+
+
+def outside_paths(text: str) -> list[str]:
+    """Paths that climb out of the repository (``../shared/spec.md``), linked or quoted."""
+    return re.findall(r"(?<![\w.])\.\./[^\s)`]*", text)
+
+
+def test_the_readme_is_a_guide_not_a_diary() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= MAX_LINES
+    assert history_in(text) == []
+    assert broken_links(README) == []
+    assert outside_paths(text) == []
+
+
+def test_the_guide_checks_would_see_a_diary(tmp_path: pathlib.Path) -> None:
+    """The checks above are not vacuous: each finds what it is meant to find."""
+    assert history_in("see stop 31, and Issue 26, fixed in 06bbb62 (de8976c)") == [
+        "stop 31",
+        "Issue 26",
+        "06bbb62",
+        "de8976c",
+    ]
+    assert history_in("1000000 asks, a defaced page, sha256, uuid-1, 0.1.1-rc.2") == []
+    doc = tmp_path / "doc.md"
+    doc.write_text("[a](design/nowhere.md) [b](https://trio.readthedocs.io) [c](#x)")
+    assert broken_links(doc) == ["design/nowhere.md"]
+    assert outside_paths("the contract in `../shared/spec/approval-seam.md`") == [
+        "../shared/spec/approval-seam.md"
+    ]

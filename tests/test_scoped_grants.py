@@ -208,3 +208,8 @@ async def test_always_from_the_board_remembers_the_rule_it_showed() -> None:
             [pending] = await broker.pending()
             assert (pending.offers_always, pending.always_rule) == (False, None)
             await broker.answer(pending.id, "rejected", by="alice")
+
+
+def test_a_rule_with_hidden_characters_is_never_proposed() -> None:
+    assert propose_command("git stat\u202eus") is None
+    assert propose_command(["git", "status\x1b[2K"]) is None

@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from .._decision import Answer
+from .._display import printable
 from .._grants import always_offer, always_proposal
 from .._vocabulary import Outcome
 from ._errors import ConnectionClosed, JsonRpcError, WireDecodeError
@@ -53,7 +54,7 @@ ALLOW_ALWAYS = PermissionOption(
 
 def always_option(rule: str) -> PermissionOption:
     """ "Always allow", naming the rule it remembers for the session (``bash: git status``)."""
-    return attrs.evolve(ALLOW_ALWAYS, name=f"Always allow {rule} (this session)")
+    return attrs.evolve(ALLOW_ALWAYS, name=f"Always allow {printable(rule)} (this session)")
 
 
 def describe_tool_call(call: RuntimeToolCall) -> tuple[str, ToolKind]:

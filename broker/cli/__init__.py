@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _acp, _answers, _chaos, _demo, _hooks, _inbox, _log, _mcp, _rules
+from . import _acp, _answers, _chaos, _demo, _grants, _hooks, _inbox, _log, _mcp, _rules
 from ._errors import EXIT_USAGE, run_command
 
 __all__ = ["main"]
@@ -25,6 +25,7 @@ examples:
   broker pending logs/sessions.sqlite  the questions waiting for an answer from elsewhere
   broker answer STORE ID allow --by me answer one of them
   broker rules check rules.toml        load a rules file and check its examples
+  broker grants list STORE             the grants sessions hold; broker grants revoke STORE ID
 
 Exit status: 0 success; 1 a check failed (a verify violation, a chaos violation, a bad import
 line); 2 the command could not run as asked (usage, a bad path or file, a full disk).
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _inbox.register(sub)
     _mcp.register(sub)
     _rules.register(sub)
+    _grants.register(sub)
     _accept_debug_anywhere(parser)
     return parser
 

@@ -10,8 +10,11 @@ import trio
 
 from .. import Outcome
 from .._display import printable
+from .._grants import always_offer
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from .. import AnswerNext, ApprovalRequest
 
 __all__ = ["MAX_TRIES", "TerminalAnswerer"]
@@ -39,10 +42,15 @@ class TerminalAnswerer:
     ``a``/``allow``/``y``/``yes`` allow once; ``r``/``reject``/``n``/``no`` reject; an empty
     line takes the default shown, ``r``. Anything else asks again, up to :data:`MAX_TRIES`
     times. End of input, or too many unrecognised answers, rejects (fail closed).
+
+    With *remember* (``broker.remember`` for the asking session), a question that has a rule
+    to remember also offers ``s``/``always``: the rule is shown in the choice (``Always allow
+    bash: npm run (this session)``), remembered, and the call allowed once.
     """
 
     fixed: Outcome | None = None
     stdin: TextIO | None = None
+    remember: Callable[[ApprovalRequest], Awaitable[object]] | None = None
 
     #: What the log calls it (``answerer`` of ``approval/decided``).
     answerer_name: ClassVar[str] = "terminal"
@@ -60,7 +68,9 @@ class TerminalAnswerer:
             print(f"  │ asks:    {printable(req.display_reason)}")
         elif req.reason:
             print(f"  │ reason:  {printable(req.reason)}")
-        print("  │ choices: [a] Allow once   [r] Reject   (default: r)")
+        offer = always_offer(req) if self.remember is not None else None
+        always = f"   [s] Always allow {printable(offer)} (this session)" if offer else ""
+        print(f"  │ choices: [a] Allow once   [r] Reject{always}   (default: r)")
         if self.fixed is not None:
             await trio.lowlevel.checkpoint()
             answer = "a" if self.fixed is Outcome.ALLOWED_ONCE else "r"
@@ -80,6 +90,9 @@ class TerminalAnswerer:
                 return Outcome.REJECTED
             if word in _CHOICES:
                 return _CHOICES[word]
+            if offer and word in ("s", "always") and self.remember is not None:
+                await self.remember(req)
+                return Outcome.ALLOWED_ONCE
             print(
                 f"     {word[:40]!r} is not an answer: "
                 "type a (or y) to allow once, r (or n) to reject"

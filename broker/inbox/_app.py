@@ -12,9 +12,12 @@ Routes (every one needs the token first — 401 and no data without it, :mod:`._
                           ``X-CSRF-Token`` header (403 without it, nothing recorded); 200 the
                           answer was taken, 409 refused naming what was recorded, 404 an unknown
                           id, 400 a bad body
+``GET /api/grants``       the grants of the store's sessions, with their status
+``POST /api/revoke``      ``{"id", "by"}`` with the ``X-CSRF-Token`` header: the grant is revoked
+                          for every process on the store (200), 404 no such grant, 400 a bad body
 ========================  ================================================================
 
-A tiny hand-written ASGI app rather than a framework (decision 0019): five routes, and the
+A tiny hand-written ASGI app rather than a framework (decision 0019): seven routes, and the
 stream's lifetime, its bound and its cancellation are written here in trio terms.
 
 Containment: a :class:`~broker.store.StoreError` while answering becomes a 503 naming it;
@@ -26,14 +29,21 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import trio
 
 from .._cattrs_errors import STRUCTURE_ERRORS, problems
 from .._codec import converter
-from ..store._board import AnswerRefusedError, UnknownQuestionError, check_answer
+from .._display import printable
+from ..store._board import (
+    AnswerRefusedError,
+    UnknownQuestionError,
+    check_answer,
+    check_by,
+    check_grant_id,
+)
 from ..store._logtools import LogToolError
 from ..store._protocol import StoreError
 from ._feed import Feed, FeedBusyError
@@ -47,16 +57,29 @@ from ._http import (
     start_response,
 )
 from ._page import ASSETS, asset, page_html
-from ._wire import AnswerBody, AnswerReply, Snapshot, dumps, shown, shown_name
+from ._wire import (
+    AnswerBody,
+    AnswerReply,
+    GrantsView,
+    GrantView,
+    RevokeBody,
+    Snapshot,
+    dumps,
+    shown,
+    shown_name,
+)
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
     from ..store._board import AnswerBoard
+    from ..store._grant_list import GrantRow
     from ._auth import InboxKeys
     from ._timeline import SessionLog
 
 __all__ = ["InboxApp"]
+
+T = TypeVar("T")
 
 _JSON = "application/json"
 _UNAUTHORIZED = (
@@ -110,11 +133,12 @@ class InboxApp:
 
     async def _route(self, request: Request, receive: Receive, send: Send) -> None:
         method, path = request.method, request.path
-        if path == "/api/answer":
+        if path in ("/api/answer", "/api/revoke"):
             if method != "POST":
                 await respond(send, 405, b"use POST\n", extra=((b"allow", b"POST"),))
                 return
-            status, body = await self._answer(request, receive)
+            posted = self._answer if path == "/api/answer" else self._revoke
+            status, body = await posted(request, receive)
             await respond(send, status, body, _JSON)
             return
         if method not in ("GET", "HEAD"):
@@ -136,6 +160,9 @@ class InboxApp:
             await self._pending(send)
         elif path == "/api/session":
             status, body = await self._session(request)
+            await respond(send, status, body, _JSON)
+        elif path == "/api/grants":
+            status, body = await self._grants()
             await respond(send, status, body, _JSON)
         else:
             await respond(send, 404, b"not found\n")
@@ -168,9 +195,69 @@ class InboxApp:
         except StoreError as exc:
             return _problem(503, str(exc))
 
-    async def _answer(self, request: Request, receive: Receive) -> tuple[int, bytes]:
+    async def _grants(self) -> tuple[int, bytes]:
         await trio.lowlevel.checkpoint()
-        # The CSRF check comes before the body is even read: a forged POST changes nothing.
+        if self.log is None:
+            return _problem(
+                404, "no grants view here: the inbox reads grants from a SQLite or PostgreSQL store"
+            )
+        try:
+            rows = await self.log.grants()
+            views = [await self._grant_view(row) for row in rows]
+        except (LogToolError, StoreError) as exc:
+            return _problem(503, shown_name(str(exc)))
+        return 200, dumps(GrantsView(grants=views))
+
+    async def _grant_view(self, row: GrantRow) -> GrantView:
+        status = row.status if row.revoked_by is None else f"{row.status} by {row.revoked_by}"
+        if row.status == "active" and row.id.startswith("g-"):
+            revocation = await self.board.grant_revocation(row.id)
+            if revocation is not None:
+                by = f" by {revocation.by}" if revocation.by else ""
+                status = f"revoked{by}"
+            elif row.expires_at_ms is not None and row.expires_at_ms <= _now_ms():
+                status = "expired"
+        return GrantView(
+            id=printable(row.id),
+            session_id=printable(row.session_id),
+            tool_name=printable(row.tool_name),
+            command=None if row.command is None else printable(row.command),
+            by=None if row.by is None else printable(row.by),
+            at_ms=row.at_ms,
+            expires_at_ms=row.expires_at_ms,
+            status=printable(status),
+        )
+
+    async def _revoke(self, request: Request, receive: Receive) -> tuple[int, bytes]:
+        checked = await self._posted(request, receive, RevokeBody, "id, by")
+        if isinstance(checked, tuple):
+            return checked
+        body = checked
+        try:
+            check_grant_id(body.id)
+            check_by(body.by)
+        except ValueError as exc:
+            return _problem(400, shown_name(str(exc)))
+        if self.log is not None:
+            try:
+                known = {row.id for row in await self.log.grants()}
+            except (LogToolError, StoreError) as exc:
+                return _problem(503, shown_name(str(exc)))
+            if body.id not in known:
+                return _problem(404, f"no grant {body.id} in this store: reload the page")
+        try:
+            revocation = await self.board.revoke_grant(body.id, body.by)
+        except StoreError as exc:
+            return _problem(503, str(exc))
+        reply = AnswerReply(id=revocation.grant_id, outcome="revoked", by=revocation.by)
+        return 200, dumps(reply)
+
+    async def _posted(
+        self, request: Request, receive: Receive, kind: type[T], fields: str
+    ) -> T | tuple[int, bytes]:
+        """A POST's JSON body as *kind*, or the problem to answer (CSRF first: a forged POST
+        changes nothing and its body is not even read)."""
+        await trio.lowlevel.checkpoint()
         if not self.keys.csrf_ok(request):
             return _problem(
                 403,
@@ -183,15 +270,20 @@ class InboxApp:
         try:
             raw = await read_body(receive, self.max_body)
         except BodyTooLargeError:
-            return _problem(
-                413, f"body must be at most {self.max_body} bytes: send id, outcome, by"
-            )
+            return _problem(413, f"body must be at most {self.max_body} bytes: send {fields}")
         try:
-            body = converter.structure(json.loads(raw), AnswerBody)
+            return converter.structure(json.loads(raw), kind)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return _problem(400, 'body must be JSON: {"id", "outcome", "by"}')
+            quoted = ", ".join(f'"{f}"' for f in fields.split(", "))
+            return _problem(400, f"body must be JSON: {{{quoted}}}")
         except STRUCTURE_ERRORS as exc:
             return _problem(400, "body: " + "; ".join(problems(exc)))
+
+    async def _answer(self, request: Request, receive: Receive) -> tuple[int, bytes]:
+        checked = await self._posted(request, receive, AnswerBody, "id, outcome, by")
+        if isinstance(checked, tuple):
+            return checked
+        body = checked
         try:
             outcome = check_answer(body.outcome, body.by)
         except ValueError as exc:

@@ -21,6 +21,7 @@ import trio
 
 from .._display import printable
 from ..store._describe import describe_entry
+from ..store._grant_list import GrantRow, list_grants
 from ..store._logtools import show_session
 from ..store.sqlite._board import SqliteBoard
 from ._wire import SessionView, TimelineRow, dumps
@@ -68,6 +69,12 @@ class SessionLog:
             show_session, self.path, session_id, limiter=self._limiter
         )
         return dumps(_view(timeline, self.limit))
+
+    async def grants(self) -> list[GrantRow]:
+        """Every grant the store's sessions hold or held (:func:`list_grants`). Raises
+        :class:`~broker.store.StoreError` when the store cannot be read. Cancellation: waits
+        for a read in progress, then stops."""
+        return await trio.to_thread.run_sync(list_grants, self.path, limiter=self._limiter)
 
 
 def session_log_of(board: AnswerBoard) -> SessionLog | None:

@@ -101,7 +101,39 @@ class AnswerReply:
     recorded: str | None = None
 
 
+@attrs.frozen(kw_only=True)
+class GrantView:
+    """A grant as the page shows it (escaped): ``status`` as ``broker grants list`` says it."""
+
+    id: str
+    session_id: str
+    tool_name: str
+    command: str | None = None
+    by: str | None = None
+    at_ms: int | None = None
+    expires_at_ms: int | None = None
+    status: str
+
+
+@attrs.frozen(kw_only=True)
+class GrantsView:
+    """``GET /api/grants``: the grants of the store's sessions, newest last."""
+
+    grants: list[GrantView]
+
+
+@attrs.frozen(kw_only=True)
+class RevokeBody:
+    """The body of ``POST /api/revoke``."""
+
+    id: str
+    by: str
+
+
 for _cls in (
+    GrantView,
+    GrantsView,
+    RevokeBody,
     PendingQuestion,
     Gone,
     Snapshot,
@@ -129,6 +161,7 @@ def shown(question: PendingQuestion) -> PendingQuestion:
         reason=_text(question.reason, keep_newlines=True),
         display_reason=_text(question.display_reason, keep_newlines=True),
         owner=printable(question.owner),
+        always_rule=_text(question.always_rule),
     )
 
 

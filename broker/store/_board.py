@@ -40,6 +40,7 @@ __all__ = [
     "ANSWERABLE",
     "AnswerBoard",
     "AnswerRefusedError",
+    "GrantRevocation",
     "HasAnswerBoard",
     "PendingQuestion",
     "QuestionStatus",
@@ -47,6 +48,8 @@ __all__ = [
     "UnknownQuestionError",
     "check_always",
     "check_answer",
+    "check_by",
+    "check_grant_id",
 ]
 
 #: The outcomes a person can give from elsewhere; ``cancelled``/``unavailable`` are the asker's.
@@ -113,6 +116,33 @@ class RemoteAnswer:
 
 
 @attrs.frozen(kw_only=True)
+class GrantRevocation:
+    """A grant revoked from elsewhere (``broker grants revoke``, another process or host):
+    the asking process records it in the session's log (``approval/revoke``) at the first
+    question the grant would have covered, which it then does not."""
+
+    grant_id: str
+    by: str | None = None
+    revoked_at_ms: int
+
+
+def check_grant_id(grant_id: object) -> str:
+    """*grant_id* if it is a grant's id (``g-`` and 16 hex digits), else :class:`ValueError`."""
+    if (
+        not isinstance(grant_id, str)
+        or len(grant_id) != 18
+        or not grant_id.startswith("g-")
+        or not all(c in "0123456789abcdef" for c in grant_id[2:])
+    ):
+        shown = grant_id if not isinstance(grant_id, str) else grant_id[:40]
+        raise ValueError(
+            f"grant_id must be a grant's id (g- and 16 hex digits), got {shown!r}: "
+            "broker grants list STORE shows them"
+        )
+    return grant_id
+
+
+@attrs.frozen(kw_only=True)
 class QuestionStatus:
     """Where a question stands: its answer (if any) and its settled outcome (once retired)."""
 
@@ -146,6 +176,13 @@ def check_answer(outcome: object, by: object) -> Outcome:
             f"outcome must be 'allowed-once' or 'rejected', got {outcome!r}: an answer from "
             "elsewhere allows once or rejects"
         )
+    check_by(by)
+    assert value is not None
+    return value
+
+
+def check_by(by: object) -> None:
+    """ValueError unless *by* is None or a name a store can keep (who answered or revoked)."""
     if by is not None and (type(by) is not str or not by.strip() or len(by) > MAX_BY):
         shown = by if not isinstance(by, str) or len(by) <= 40 else f"{by[:40]}… ({len(by)})"
         raise ValueError(
@@ -157,8 +194,6 @@ def check_answer(outcome: object, by: object) -> Outcome:
             "by must be text a store can write: it holds a lone surrogate (e.g. from "
             "'\\ud800' in JSON); pass the name without it"
         )
-    assert value is not None
-    return value
 
 
 class AnswerBoard(Protocol):
@@ -216,6 +251,18 @@ class AnswerBoard(Protocol):
 
         Cancellation: nothing changes.
         """
+        ...
+
+    async def revoke_grant(self, grant_id: str, by: str | None) -> GrantRevocation:
+        """Record that grant *grant_id* is revoked, for every process on this board; the
+        first revocation stands (a second returns it). Durable on return.
+
+        Cancellation: the revocation may or may not have been stored.
+        """
+        ...
+
+    async def grant_revocation(self, grant_id: str) -> GrantRevocation | None:
+        """The revocation recorded for *grant_id*, if any. Cancellation: nothing changes."""
         ...
 
     async def aclose(self) -> None:

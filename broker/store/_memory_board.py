@@ -15,12 +15,15 @@ import trio
 from .._vocabulary import Outcome
 from ._board import (
     AnswerRefusedError,
+    GrantRevocation,
     PendingQuestion,
     QuestionStatus,
     RemoteAnswer,
     UnknownQuestionError,
     check_always,
     check_answer,
+    check_by,
+    check_grant_id,
 )
 
 __all__ = ["MemoryBoard", "refusal", "shown_id"]
@@ -88,6 +91,22 @@ class MemoryBoard:
     keep_settled: int = 10_000
     _entries: dict[str, _Entry] = attrs.field(factory=dict, init=False)
     _settled_order: collections.deque[str] = attrs.field(factory=collections.deque, init=False)
+    _revoked: dict[str, GrantRevocation] = attrs.field(factory=dict, init=False)
+
+    async def revoke_grant(self, grant_id: str, by: str | None) -> GrantRevocation:
+        """Record the revocation (the first stands). Cancellation: a plain checkpoint, before
+        anything changes."""
+        check_grant_id(grant_id)
+        check_by(by)
+        await trio.lowlevel.checkpoint()
+        return self._revoked.setdefault(
+            grant_id, GrantRevocation(grant_id=grant_id, by=by, revoked_at_ms=_now_ms())
+        )
+
+    async def grant_revocation(self, grant_id: str) -> GrantRevocation | None:
+        """The recorded revocation. Cancellation: a plain checkpoint."""
+        await trio.lowlevel.checkpoint()
+        return self._revoked.get(grant_id)
 
     async def publish(self, question: PendingQuestion, *, after_seq: int | None = None) -> None:
         """Put *question* up (module doc of :mod:`._board`); *after_seq* is not needed here (the

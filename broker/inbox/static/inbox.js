@@ -168,6 +168,8 @@ async function answer(id, outcome, always = false) {
   if (status === 200) {
     result.textContent = `answered ${reply.outcome} by ${reply.by}: waiting for the asker to record it`;
     entry.card.classList.add("answered");
+    // The asker records the grant once it reads the answer: look again a moment later.
+    if (always) setTimeout(loadGrants, 1000);
     return;
   }
   if (reply.recorded) {
@@ -265,8 +267,76 @@ function connect() {
   source.addEventListener("change", (event) => change(JSON.parse(event.data)));
 }
 
+const grantsList = document.getElementById("grants");
+
+function grantRow(g) {
+  const li = document.createElement("li");
+  li.className = "grant";
+  li.dataset.id = g.id;
+  const rule = g.command == null ? g.toolName : `${g.toolName}: ${g.command}`;
+  li.append(text("span", "rule", rule), text("span", "status", g.status));
+  const facts = document.createElement("dl");
+  field(facts, "Grant", g.id);
+  field(facts, "Session", g.sessionId);
+  field(facts, "Given by", g.by);
+  if (g.expiresAtMs != null) field(facts, "Until", new Date(g.expiresAtMs).toISOString());
+  li.append(facts);
+  if (g.status === "active" && g.id.startsWith("g-")) {
+    const revoke = text("button", "revoke", "Revoke");
+    revoke.type = "button";
+    revoke.addEventListener("click", () => revokeGrant(g.id, li));
+    li.append(revoke, text("span", "result", ""));
+  }
+  return li;
+}
+
+async function loadGrants() {
+  let reply = { grants: [] };
+  try {
+    const response = await fetch("/api/grants", { credentials: "same-origin" });
+    if (response.ok) reply = await response.json();
+  } catch (error) {
+    return;
+  }
+  grantsList.replaceChildren(...reply.grants.map(grantRow));
+  document.getElementById("grants-empty").hidden = reply.grants.length > 0;
+}
+
+async function revokeGrant(id, li) {
+  const result = li.querySelector(".result");
+  const by = byInput.value.trim();
+  if (!by) {
+    result.textContent = "enter your name first: it is recorded with the revocation";
+    byInput.focus();
+    return;
+  }
+  let reply = {};
+  let status = 0;
+  try {
+    const response = await fetch("/api/revoke", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+      body: JSON.stringify({ id, by }),
+      credentials: "same-origin",
+    });
+    status = response.status;
+    reply = await response.json().catch(() => ({}));
+  } catch (error) {
+    result.textContent = "not sent: the inbox is unreachable";
+    return;
+  }
+  if (status !== 200) {
+    result.textContent = reply.error ?? `refused (${status})`;
+    return;
+  }
+  await loadGrants();
+}
+
+document.getElementById("grants-reload").addEventListener("click", loadGrants);
+
 byInput.value = localStorage.getItem("broker-inbox-by") ?? "";
 counted(0);
 connect();
+loadGrants();
 showSession();
 setInterval(tick, 1000);

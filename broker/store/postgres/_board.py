@@ -43,11 +43,14 @@ from ..._codec import converter, register_wire_type, utf8_encodable
 from ..._vocabulary import Outcome
 from .._board import (
     AnswerRefusedError,
+    GrantRevocation,
     PendingQuestion,
     QuestionStatus,
     RemoteAnswer,
     check_always,
     check_answer,
+    check_by,
+    check_grant_id,
 )
 from .._memory_board import refusal
 from .._protocol import StoreError
@@ -64,6 +67,12 @@ T = TypeVar("T")
 
 register_wire_type(PendingQuestion)
 
+# Grants revoked from elsewhere (broker grants revoke); the first revocation stands.
+_REVOCATIONS_DDL = """CREATE TABLE IF NOT EXISTS {s}.board_revocations (
+        grant_id text PRIMARY KEY,
+        revoked_by text,
+        revoked_ms bigint NOT NULL
+    )"""
 _DDL = (
     """CREATE TABLE IF NOT EXISTS {s}.board_questions (
         id text PRIMARY KEY,
@@ -80,6 +89,7 @@ _DDL = (
         answered_ms bigint NOT NULL,
         always boolean NOT NULL DEFAULT false
     )""",
+    _REVOCATIONS_DDL,
 )
 # Which events of a question's session may hold its decided: those after the seq its log had
 # reached when the question was put up (an index range of the events' key, a few rows however
@@ -292,6 +302,58 @@ class PostgresBoard:
             )
 
         await self._run(write)
+
+    async def revoke_grant(self, grant_id: str, by: str | None) -> GrantRevocation:
+        """Record the revocation, atomically (the first stands), for every host on this
+        database. Cancellation: waits for the transaction."""
+        check_grant_id(grant_id)
+        check_by(by)
+        if by is not None and "\x00" in by:
+            raise ValueError(
+                "by must not contain a NUL character (PostgreSQL text cannot hold one): pass "
+                "the name without it"
+            )
+
+        def write(conn: Connection[Any]) -> GrantRevocation:
+            if not _table_exists(conn, self.schema, "board_revocations"):
+                # A board made by an older broker: add the table, serialized like _ensure.
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                        (f"broker-board:{self.schema}",),
+                    )
+                    conn.execute(self._q(_REVOCATIONS_DDL))
+            with conn.transaction():
+                conn.execute(
+                    self._q(
+                        "INSERT INTO {s}.board_revocations (grant_id, revoked_by, revoked_ms) "
+                        "VALUES (%s, %s, %s) ON CONFLICT (grant_id) DO NOTHING"
+                    ),
+                    (grant_id, by, wall_clock_ms()),
+                )
+            found = self._revocation(conn, grant_id)
+            assert found is not None
+            return found
+
+        return await self._run(write)
+
+    async def grant_revocation(self, grant_id: str) -> GrantRevocation | None:
+        """The recorded revocation. Cancellation: waits for the read."""
+        if "\x00" in grant_id or not utf8_encodable(grant_id):
+            await trio.lowlevel.checkpoint()
+            return None  # no grant's id holds one (PostgreSQL text cannot)
+        return await self._run(lambda conn: self._revocation(conn, grant_id))
+
+    def _revocation(self, conn: Connection[Any], grant_id: str) -> GrantRevocation | None:
+        if not _table_exists(conn, self.schema, "board_revocations"):
+            return None
+        row = conn.execute(
+            self._q("SELECT revoked_by, revoked_ms FROM {s}.board_revocations WHERE grant_id = %s"),
+            (grant_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return GrantRevocation(grant_id=grant_id, by=row[0], revoked_at_ms=int(row[1]))
 
     async def retire(self, question_id: str, outcome: Outcome) -> None:
         """Nothing to write: the session log records how the question settled, and the board

@@ -36,11 +36,14 @@ import trio
 from ..._codec import converter, register_wire_type
 from ..._vocabulary import Outcome
 from .._board import (
+    GrantRevocation,
     PendingQuestion,
     QuestionStatus,
     RemoteAnswer,
     check_always,
     check_answer,
+    check_by,
+    check_grant_id,
 )
 from .._memory_board import refusal
 from .._protocol import StoreError
@@ -72,10 +75,25 @@ _POLL_CHUNK = 500
 
 
 def _has_board(conn: sqlite3.Connection) -> bool:
+    return _has_table(conn, "board_answers")
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
     row = conn.execute(
-        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'board_answers'"
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", (name,)
     ).fetchone()
     return row is not None
+
+
+def _revocation(conn: sqlite3.Connection, grant_id: str) -> GrantRevocation | None:
+    if not _has_table(conn, "board_revocations"):
+        return None
+    row = conn.execute(
+        "SELECT revoked_by, revoked_ms FROM board_revocations WHERE grant_id = ?", (grant_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    return GrantRevocation(grant_id=grant_id, by=row[0], revoked_at_ms=row[1])
 
 
 def _question_from(text: str) -> PendingQuestion:
@@ -238,6 +256,33 @@ class SqliteBoard:
             return answer
 
         return await self._run(write)
+
+    async def revoke_grant(self, grant_id: str, by: str | None) -> GrantRevocation:
+        """Record the revocation, atomically (the first stands). Cancellation: waits for the
+        write."""
+        check_grant_id(grant_id)
+        check_by(by)
+
+        def write(conn: sqlite3.Connection) -> GrantRevocation:
+            if not _has_table(conn, "board_revocations"):
+                raise StoreError(
+                    f"store file '{self.path}' has no table for revoked grants yet: it is made "
+                    "when a broker of this version opens the store; open it once, then retry"
+                )
+            conn.execute(
+                "INSERT OR IGNORE INTO board_revocations (grant_id, revoked_by, revoked_ms) "
+                "VALUES (?, ?, ?)",
+                (grant_id, by, wall_clock_ms()),
+            )
+            found = _revocation(conn, grant_id)
+            assert found is not None
+            return found
+
+        return await self._run(write)
+
+    async def grant_revocation(self, grant_id: str) -> GrantRevocation | None:
+        """The recorded revocation. Cancellation: waits for the read."""
+        return await self._run(lambda conn: _revocation(conn, grant_id))
 
     async def aclose(self) -> None:
         """Nothing to close: the board holds no connection. Cancellation: a plain checkpoint."""

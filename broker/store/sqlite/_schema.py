@@ -88,6 +88,12 @@ BOARD_DDL = (
         answered_ms INTEGER NOT NULL,
         always INTEGER NOT NULL DEFAULT 0
     )""",
+    # Grants revoked from elsewhere (broker grants revoke); the first revocation stands.
+    """CREATE TABLE IF NOT EXISTS board_revocations (
+        grant_id TEXT PRIMARY KEY NOT NULL,
+        revoked_by TEXT,
+        revoked_ms INTEGER NOT NULL
+    )""",
 )
 
 
