@@ -65,7 +65,8 @@ lint: $(STAMP)
 	$(VENV)/bin/flake8-async $(ASYNC_LIB) $$(git ls-files 'broker/*.py')
 	$(VENV)/bin/flake8-async $(ASYNC_TESTS) $$(git ls-files 'tests/*.py' 'bench/*.py')
 
-# The suite (python -m bench) prints a table and writes bench/results/{results.json,plot.svg};
+# The suite (python -m bench) prints a table, writes bench/results/{results.json,plot.svg} and
+# rewrites the figures table of bench/README.md (not with --quick);
 # the durable-store bench, the crash loop and the PostgreSQL benches (store throughput and
 # resume; answers from another process) run on their own. The PostgreSQL ones use the server
 # at $BROKER_BENCH_POSTGRES (default: the local one) and say they skipped when none answers.

@@ -3,6 +3,9 @@
 Every question "may this agent run this tool, once, now?" resolves to exactly one
 :class:`Outcome` — ``allowed-once``, ``rejected``, ``cancelled`` or ``unavailable`` — with an
 ``approval/asked`` + ``approval/decided`` audit pair in the session's durable log.
+
+What it promises is ``design/contract.md`` in the repository (docstrings cite its sections as
+"contract §3"); the exceptions it raises are mapped in one place, :mod:`broker._errors`.
 """
 
 from __future__ import annotations
@@ -54,19 +57,19 @@ from ._vocabulary import Delegation as Delegation
 from ._vocabulary import Outcome as Outcome
 from ._vocabulary import Policy as Policy
 from ._vocabulary import Source as Source
-from .store._board import AnswerBoard as AnswerBoard
-from .store._board import AnswerRefusedError as AnswerRefusedError
-from .store._board import PendingQuestion as PendingQuestion
-from .store._board import RemoteAnswer as RemoteAnswer
-from .store._board import UnknownQuestionError as UnknownQuestionError
-from .store._boards import answer_board as answer_board
-from .store._memory import MemoryStore as MemoryStore
-from .store._memory_board import MemoryBoard as MemoryBoard
-from .store._protocol import EventStore as EventStore
-from .store._protocol import SessionFencedError as SessionFencedError
-from .store._protocol import SessionOwnedError as SessionOwnedError
-from .store._protocol import SessionRecord as SessionRecord
-from .store._protocol import StoreError as StoreError
+from .store import AnswerBoard as AnswerBoard
+from .store import AnswerRefusedError as AnswerRefusedError
+from .store import EventStore as EventStore
+from .store import MemoryBoard as MemoryBoard
+from .store import MemoryStore as MemoryStore
+from .store import PendingQuestion as PendingQuestion
+from .store import RemoteAnswer as RemoteAnswer
+from .store import SessionFencedError as SessionFencedError
+from .store import SessionOwnedError as SessionOwnedError
+from .store import SessionRecord as SessionRecord
+from .store import StoreError as StoreError
+from .store import UnknownQuestionError as UnknownQuestionError
+from .store import answer_board as answer_board
 
 # Explicit: what a user may import from the package (subpackages are imported by name).
 __all__ = [

@@ -1,4 +1,4 @@
-"""Answerers and the waterfall that consults them (spec section 4).
+"""Answerers and the waterfall that consults them (contract §4).
 
 An answerer is ``async def answer(req, next) -> Outcome`` (or an :class:`Answer` naming who
 answered): it claims the single decision by

@@ -26,12 +26,12 @@ from ._audit_rules import check
 from ._errors import AuditAppendError, AuditInvariantError
 from ._events import Event
 from ._projection import ApprovalState, fold
-from .store._protocol import SessionFencedError, StoreError
+from .store import SessionFencedError, StoreError
 
 if TYPE_CHECKING:
     from ._events import ApprovalDecided
     from ._host import SessionHost
-    from .store._protocol import Durability
+    from .store import Durability
 
 __all__ = [
     "Appendable",

@@ -8,7 +8,7 @@ rule names appear in both messages:
 - ``turn-order``: a ``turn/start`` only when no turn is open, with a number greater than every
   earlier turn; a ``turn/end`` only for the open turn.
 - ``turn-enclosure``: every ``approval/asked`` and ``approval/decided`` lies inside an open turn
-  (spec section 3), and a turn ends only once its questions are decided — so each pair lies
+  (contract §3), and a turn ends only once its questions are decided — so each pair lies
   inside the turn of its ``asked``. Exception: a ``decided`` written by recovery
   (``recovered: true``) closes a crash tail of an older log wherever that log ended.
 - ``pairing``: a ``decided`` answers an ``asked`` that is still pending (never one that was not

@@ -33,10 +33,10 @@ import attrs
 import outcome
 import trio
 
-from .store._requests import Ticket
+from .store import Ticket
 
 if TYPE_CHECKING:
-    from .store._protocol import Durability
+    from .store import Durability
 
 __all__ = ["BoundedWaits"]
 

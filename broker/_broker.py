@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 import trio
@@ -21,6 +21,7 @@ from ._bounded_waits import BoundedWaits
 from ._collapse import collapse_single
 from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from ._errors import BrokerClosedError, ResumeError
+from ._factory_made import FactoryMade
 from ._grants import always_offer, always_proposal, new_grant
 from ._projection import Grant
 from ._questions import Decision
@@ -31,21 +32,21 @@ from ._session import Session
 from ._texts import DELEGATION_STATEMENT, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .rules import Rule, RuleSet
-from .store._board import (
+from .store import (
     AnswerBoard,
     GrantRevocation,
     HasAnswerBoard,
+    MemoryBoard,
+    MemoryStore,
     PendingQuestion,
     RemoteAnswer,
     check_answer,
+    open_store,
+    parse_store_url,
 )
-from .store._memory import MemoryStore
-from .store._memory_board import MemoryBoard
-from .store._open import open_store
-from .store._url import parse_store_url
 
 if TYPE_CHECKING:
-    from .store._protocol import EventStore
+    from .store import EventStore
 
 __all__ = ["Broker", "open_broker", "serve_broker"]
 
@@ -83,8 +84,9 @@ def _check_tool(tool_name: object) -> str:
 
 
 @attrs.define(eq=False, repr=False)
-class Broker:
-    """The approval service. Obtain one from :func:`open_broker` or :func:`serve_broker`.
+class Broker(metaclass=FactoryMade):
+    """The approval service. Obtain one from :func:`open_broker` or :func:`serve_broker`
+    (``Broker(...)`` raises :class:`TypeError` saying so).
 
     Owns: the root nursery in which every session actor runs; the session registry (every
     session whose actor may run, from before its first await); the deployment settings; the
@@ -96,6 +98,8 @@ class Broker:
     the session's order), again for any that registered meanwhile → halt any actor still
     running → cancel the root nursery → close the store if the broker created it.
     """
+
+    FACTORY: ClassVar[str] = "open_broker() or serve_broker()"
 
     _nursery: trio.Nursery
     store: EventStore
@@ -179,7 +183,7 @@ class Broker:
             return await self._resume(resume)
         if parent is not None:
             self._check_session(parent, "parent")
-        session = Session(id=str(uuid.uuid4()), parent=parent, host=self)
+        session = Session._create(id=str(uuid.uuid4()), parent=parent, host=self)
         return await self._launch(session, create=True)
 
     async def _launch(self, session: Session, *, create: bool) -> Session:
@@ -232,7 +236,7 @@ class Broker:
     async def _resume_reserved(self, session_id: str, where: str) -> Session:
         record, state = await take_for_resume(self.store, session_id, where)
         live_parent = self._sessions.get(record.parent_id) if record.parent_id else None
-        session = Session(
+        session = Session._create(
             id=session_id,
             parent=live_parent if live_parent is not None and live_parent.is_open else None,
             host=self,
@@ -259,7 +263,7 @@ class Broker:
             await session.aclose()
 
     async def delegate(self, parent: Agent) -> Session:
-        """Start a delegated child session of *parent*'s session (spec 8.5).
+        """Start a delegated child session of *parent*'s session (contract §8.5).
 
         The parent's effective policy is captured synchronously, before any checkpoint. Under
         ``pin-never`` the child gets ``approval/policy {never, delegation}``; under ``inherit``
@@ -431,10 +435,10 @@ class Broker:
         Cancellation: nothing changes."""
         return await self.board.pending(session_id)
 
-    # -- the request algorithm (spec 3): a thin delegate to the session ---------------------
+    # -- the request algorithm (contract §3): a thin delegate to the session ---------------------
 
     async def request(self, req: ApprovalRequest) -> Outcome:
-        """Decide whether ``req.agent`` may run ``req.tool_name`` once; see spec section 3.
+        """Decide whether ``req.agent`` may run ``req.tool_name`` once; see contract §3.
 
         The same as :meth:`request_decision`, returning only the outcome. Cancellation: as
         :meth:`request_decision`.
@@ -456,7 +460,7 @@ class Broker:
             )
         return self._check_agent(req.agent, "req.agent")
 
-    # -- policy (spec 5) ------------------------------------------------------------------
+    # -- policy (contract §5) ------------------------------------------------------------------
 
     def effective_policy(self, session: Session) -> Policy:
         """The last ``approval/policy`` of *session*, else the deployment default."""
@@ -504,7 +508,7 @@ class Broker:
             return None
         return agent.context.offer(APPROVAL_DELEGATION, DELEGATION_STATEMENT)
 
-    # -- grants (spec 6) ------------------------------------------------------------------
+    # -- grants (contract §6) ------------------------------------------------------------------
 
     async def grant(self, session: AgentSession, tool_name: str) -> bool:
         """Remember *tool_name* for *session* (and its live descendants). Idempotent.
@@ -682,7 +686,7 @@ async def _run_broker(
         else:
             the_store = store
         async with trio.open_nursery() as nursery:
-            broker = Broker(nursery, the_store, default, mode, grace)
+            broker = Broker._create(nursery, the_store, default, mode, grace)
             await nursery.start(broker.shielded_waits.run_timer)
             try:
                 yield broker

@@ -22,29 +22,30 @@ import trio
 from ._cattrs_errors import STRUCTURE_ERRORS, StructureProblem, path_first, problems
 from ._errors import BrokerError
 from ._vocabulary import Delegation, Policy
-from .agent._loop import AgentLoop, LoopObserver
-from .agent._scripted import Scenario, ScriptedModel
-from .hooks._bridge import HookBridge
-from .hooks._gate import HookGate
-from .hooks._settings import HookSettings
-from .rules import Layer, Rule, RuleSet, RulesFileError, load_rules
-from .rules._load import claude_code_permissions
+from .agent import AgentLoop, LoopObserver, Scenario, ScriptedModel
+from .hooks import HookBridge, HookGate, HookSettings
+from .rules import Layer, Rule, RuleSet, RulesFileError, claude_code_permissions, load_rules
 from .scenarios import scenario_path
-from .store._url import (
+from .store import (
     ACCEPTED_STORE_FORMS,
     PostgresUrl,
     StoreUrlError,
     parse_store_url,
     redact_dsn,
 )
-from .tools._bash import BashTool
-from .tools._runtime import ToolRuntime
-from .tools._sandbox import BubblewrapExecutor, CommandLimits, PlainExecutor, SandboxMode
+from .tools import (
+    BashTool,
+    BubblewrapExecutor,
+    CommandLimits,
+    PlainExecutor,
+    SandboxMode,
+    ToolRuntime,
+)
 
 if TYPE_CHECKING:
     from ._broker import Broker
     from ._session import Session
-    from .tools._runtime import Gate
+    from .tools import Gate
 
 __all__ = ["Composition", "CompositionError"]
 

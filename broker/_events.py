@@ -1,4 +1,4 @@
-"""Session log events (spec section 2): frozen values, one class per ``type`` tag.
+"""Session log events (contract §2): frozen values, one class per ``type`` tag.
 
 The wire form ``{"type": ..., "data": {...}}`` with camelCase keys and omitted optional keys is
 produced only by :mod:`broker._codec`; feature code builds these classes and never dicts.
@@ -80,9 +80,9 @@ class ApprovalDecided(Event):
     """The answer to the :class:`ApprovalAsked` with the same ``id``.
 
     ``remembered`` marks a remembered grant, ``policy`` the ``never`` policy (Beyond), and
-    ``recovered`` a crash tail closed by recovery (Beyond, spec 7), ``answered_by`` who answered
-    when the deciding answerer named them (Beyond: ``answeredBy``). Each is omitted when unset,
-    so the seed's own fields keep their bytes.
+    ``recovered`` a crash tail closed by recovery (Beyond, contract §7), ``answered_by`` who
+    answered when the deciding answerer named them (Beyond: ``answeredBy``). Each is omitted
+    when unset, so the seed's own fields keep their bytes.
 
     Beyond: ``source`` says what decided (:class:`~broker._vocabulary.Source`): a rule (then
     ``rule_layer``, ``rule_file`` when the rule has one, and ``rule_index``), a grant (then

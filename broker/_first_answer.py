@@ -6,7 +6,7 @@ Synopsis::
     # first decides, and the other is withdrawn (the editor gets $/cancel_request).
     await session.start_answerer(first_answer(acp_answerer, broker.remote_answerer()))
 
-The waterfall (spec 4) consults answerers one after another; this combinator puts several in
+The waterfall (contract §4) consults answerers one after another; this combinator puts several in
 one step and runs them concurrently in a nursery of the asking task. Each gets a ``next`` of
 its own: a participant that delegates, or answers ``unavailable`` (its channel is gone), drops
 out of the race — it cannot answer, so it must not decide for the others. The first

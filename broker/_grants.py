@@ -18,9 +18,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from ._projection import Grant
-from .rules._engine import RuleSet
-from .rules._model import Layer, Rule, RuleDecision, RuleOrigin
-from .rules._shell import parse_command, split_words
+from .rules import Layer, Rule, RuleDecision, RuleOrigin, RuleSet, parse_command, split_words
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

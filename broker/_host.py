@@ -1,6 +1,6 @@
 """What a session needs from the service that hosts it — and nothing more.
 
-A :class:`Session` owns its questions (the request algorithm of spec section 3 is
+A :class:`Session` owns its questions (the request algorithm of contract §3 is
 :meth:`Questions.ask`), its log order and its projection. It reaches its host only through this
 narrow, typed interface: the store to append to, the deployment settings, a bounded shielded
 wait for durability, the unscoped answerers, registering a scoped answerer, and being forgotten
@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from ._bounded_waits import BoundedWaits
     from ._vocabulary import Delegation, Policy
     from .rules import RuleSet
-    from .store._board import GrantRevocation
-    from .store._protocol import EventStore
+    from .store import EventStore, GrantRevocation
 
 __all__ = ["SessionHost"]
 

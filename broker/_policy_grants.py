@@ -1,4 +1,4 @@
-"""A session's approval policy and its remembered grants (spec 5, 6, 8.5).
+"""A session's approval policy and its remembered grants (contract §5, 6, 8.5).
 
 What a question reads of them — the effective policy, whether a tool is granted here or on a
 live ancestor — and how they change: ``approval/policy`` (set, seeded by a delegation, or
@@ -103,7 +103,7 @@ class PolicyAndGrants:
 
     async def pin_delegated_policy(self, policy: Policy) -> None:
         """Seed the policy a delegation captured: ``approval/policy {policy, source:
-        "delegation"}`` (spec 8.5). Cancellation: the event may still land."""
+        "delegation"}`` (contract §8.5). Cancellation: the event may still land."""
         self.delegated = True
         event = ApprovalPolicy(policy=policy, source="delegation")
         await self.log.append(event)

@@ -1,4 +1,4 @@
-"""The per-session ``approvalState`` projection, folded from events (spec section 7).
+"""The per-session ``approvalState`` projection, folded from events (contract §7).
 
 Its size depends on the number of distinct granted tools and of questions in flight, never on
 the number of events, so it can be checkpointed and a log reopened from checkpoint + tail.

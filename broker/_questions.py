@@ -1,4 +1,4 @@
-"""The request algorithm (spec section 3): one session's questions, from admission to settlement.
+"""The request algorithm (contract §3): one session's questions, from admission to settlement.
 
 :meth:`Questions.ask` reads as the spec's steps: admit the question (its :class:`Flight`),
 put ``approval/asked``, decide (3.1–3.3 without an await, else the answerer waterfall inside the
@@ -27,7 +27,7 @@ from ._request import ASKING, Asking
 from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
 from ._vocabulary import Outcome, Policy, Source
-from .rules._model import RuleDecision
+from .rules import RuleDecision
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -171,7 +171,7 @@ class Questions:
         return set() if self._flights is None else set(self._flights)
 
     async def ask(self, req: ApprovalRequest) -> Decision:
-        """Decide whether the session's agent may run ``req.tool_name`` once (spec 3).
+        """Decide whether the session's agent may run ``req.tool_name`` once (contract §3).
 
         ``req.agent`` must be the session's agent (exact identity). Raises :class:`TurnError`
         (exact spec text) outside an open turn, appending nothing; :class:`AuditAppendError`
@@ -360,7 +360,7 @@ class Questions:
                 break
             await self._log.append(_revoked(grant_id, revocation.by))
             current = self._decide_now(req, flight)
-        return current
+        return current  # noqa: ASYNC910 (no read needed: the caller's submission awaits next)
 
     def _expiries(self) -> tuple[Appendable, ...]:
         """The expiry of each grant the last decision found expired, once each (a builder: a

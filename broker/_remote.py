@@ -22,7 +22,7 @@ A question asked with a ``deadline`` (seconds) that nobody answers in time resol
 
 With a ``grant`` (``broker.remote_answerer(allow_always=True)``) the question offers "always
 allow": such an answer first remembers the tool on the asking session (``approval/grant``,
-spec 6), then answers ``allowed-once``. Without one, an always-allow answer is refused by the
+contract §6), then answers ``allowed-once``. Without one, an always-allow answer is refused by the
 board, so nothing promises what the asker cannot honour.
 """
 
@@ -42,12 +42,12 @@ from ._decision import Answer
 from ._grants import always_offer
 from ._request import current_question
 from ._vocabulary import Outcome
-from .store._board import PendingQuestion
+from .store import PendingQuestion
 
 if TYPE_CHECKING:
     from ._answerers import AnswerNext
     from ._request import ApprovalRequest
-    from .store._board import AnswerBoard
+    from .store import AnswerBoard
 
 __all__ = ["RemoteAnswerer", "process_owner"]
 

@@ -1,4 +1,4 @@
-"""The question put to the broker: :class:`ApprovalRequest` (spec section 1)."""
+"""The question put to the broker: :class:`ApprovalRequest` (contract §1)."""
 
 from __future__ import annotations
 

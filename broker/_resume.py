@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from ._errors import ResumeError
 from ._projection import fold_all
-from .store._protocol import SessionOwnedError, StoreError
+from .store import SessionOwnedError, StoreError
 
 if TYPE_CHECKING:
     from ._projection import ApprovalState
-    from .store._protocol import EventStore, SessionRecord
+    from .store import EventStore, SessionRecord
 
 __all__ = ["check_resume_id", "take_for_resume"]
 

@@ -25,7 +25,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import trio
@@ -35,6 +35,7 @@ from ._appends import Lifecycle, SessionLog, if_pending
 from ._collapse import collapse_single, is_cancellation
 from ._errors import AuditAppendError, SessionClosedError, SessionCrashedError, TurnError
 from ._events import ApprovalDecided, Event, TurnEnd, TurnEndReason, TurnStart
+from ._factory_made import FactoryMade
 from ._flight import Withdrawal
 from ._policy_grants import PolicyAndGrants
 from ._projection import EMPTY_STATE, ApprovalState
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from ._answerers import AnswererHandle, AnswerFn
     from ._host import SessionHost
     from .rules import RuleSet
-    from .store._protocol import SessionFencedError
+    from .store import SessionFencedError
 
 __all__ = ["Session"]
 
@@ -53,7 +54,7 @@ log = logging.getLogger("broker.session")
 
 
 @attrs.define(eq=False, repr=False, init=False)
-class Session(PolicyAndGrants):
+class Session(PolicyAndGrants, metaclass=FactoryMade):
     """An open conversation with its own durable log, projection and agent.
 
     Created by :meth:`Broker.start_session`, :meth:`Broker.open_session` or
@@ -68,6 +69,8 @@ class Session(PolicyAndGrants):
     Teardown order: the module docstring (stop intake → settle questions → end the turn →
     cancel the nursery → unregister), run by :meth:`aclose`.
     """
+
+    FACTORY: ClassVar[str] = "broker.open_session(), broker.start_session() or broker.delegate()"
 
     id: str
     parent: Session | None

@@ -1,4 +1,4 @@
-"""Abort signals: the caller's way to withdraw a question (spec section 1)."""
+"""Abort signals: the caller's way to withdraw a question (contract §1)."""
 
 from __future__ import annotations
 

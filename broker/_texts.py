@@ -1,4 +1,4 @@
-"""Exact texts of the contract (spec sections 3, 5 and 8.5). Tests pin every one of them."""
+"""Exact texts of the contract (contract §§3, 5 and 8.5). Tests pin every one of them."""
 
 from __future__ import annotations
 

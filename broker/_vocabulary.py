@@ -1,7 +1,7 @@
 """The closed vocabularies: outcomes, policies and delegation modes.
 
 Every value here is a :class:`enum.StrEnum` whose string values are part of the wire and log
-contract (spec sections 1, 5 and 8.5), so ``Outcome.ALLOWED_ONCE == "allowed-once"``.
+contract (contract §§1, 5 and 8.5), so ``Outcome.ALLOWED_ONCE == "allowed-once"``.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Source(enum.StrEnum):
 
 
 class Delegation(enum.StrEnum):
-    """How a delegated child session's approval policy is seeded (spec 8.5)."""
+    """How a delegated child session's approval policy is seeded (contract §8.5)."""
 
     PIN_NEVER = "pin-never"
     INHERIT = "inherit"

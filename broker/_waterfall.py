@@ -1,4 +1,4 @@
-"""The decide-or-delegate waterfall, shared by answerers (spec 4) and pre-execute gates (8.1).
+"""The decide-or-delegate waterfall, shared by answerers (contract §4) and pre-execute gates (8.1).
 
 Each step of a chain is asked in order with a ``next`` it may await to delegate to the rest of
 the chain; the first value returned without delegating wins, and the end of the chain gives the

@@ -39,7 +39,7 @@ import trio
 
 from ._broker import Broker, open_broker
 from ._vocabulary import Outcome
-from .store._memory import MemoryStore
+from .store import MemoryStore
 
 if TYPE_CHECKING:
     from ._answerers import AnswerNext
@@ -79,7 +79,7 @@ class ScriptedAnswerer:
     (to hold a question open, inspect it, or fail). Every question is recorded in
     :attr:`asked` (the request objects themselves). A question with no step left is recorded in
     :attr:`unexpected` and answered ``cancelled`` — fail closed, like the snapshot harness of
-    spec section 9; :meth:`check` (called by the fixture at teardown) then fails the test, as
+    contract §9; :meth:`check` (called by the fixture at teardown) then fails the test, as
     it does for unused steps when *fail_on_unused* is set.
     """
 

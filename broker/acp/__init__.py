@@ -12,6 +12,10 @@ Handlers decode their params with :func:`params_from_wire` and return :func:`to_
 
 from __future__ import annotations
 
+# Explicit: what a user may import from this subpackage.
+# For the other packages of broker (their front door into this one); not part of the
+# public API, so not in __all__.
+from ._agent import serve_acp as serve_acp
 from ._errors import ConnectionClosed as ConnectionClosed
 from ._errors import ErrorCode as ErrorCode
 from ._errors import JsonRpcError as JsonRpcError
@@ -76,7 +80,6 @@ from ._wire import from_wire as from_wire
 from ._wire import params_from_wire as params_from_wire
 from ._wire import to_wire as to_wire
 
-# Explicit: what a user may import from this subpackage.
 __all__ = [
     "CANCEL_REQUEST_METHOD",
     "DEFAULT_MAX_CONCURRENT_HANDLERS",

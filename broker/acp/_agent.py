@@ -32,10 +32,9 @@ from .._errors import ResumeError
 from .._events import Event
 from .._first_answer import first_answer
 from .._signal import AbortSignal
-from ..agent._history import unfinished_text
-from ..agent._loop import LoopObserver, StopReason
-from ..store._protocol import SessionOwnedError
-from ..tools._call import ToolCall as RuntimeToolCall
+from ..agent import LoopObserver, StopReason, unfinished_text
+from ..store import SessionOwnedError
+from ..tools import ToolCall as RuntimeToolCall
 from ._answerer import AcpAnswerer
 from ._errors import ConnectionClosed, ErrorCode, JsonRpcError, WireDecodeError
 from ._replay import replay, tool_call_finished, tool_call_started
@@ -68,9 +67,8 @@ if TYPE_CHECKING:
     from .._broker import Broker
     from .._composition import Composition
     from .._session import Session
-    from ..agent._loop import AgentLoop
-    from ..tools._call import ToolResult
-    from ..tools._sandbox import BubblewrapExecutor, PlainExecutor
+    from ..agent import AgentLoop
+    from ..tools import BubblewrapExecutor, PlainExecutor, ToolResult
     from ._jsonrpc import JsonRpcConnection
 
 __all__ = ["AcpAgent", "serve_acp"]
@@ -110,7 +108,7 @@ class _Updates(LoopObserver):
 
     It also keeps the session's running tool calls by id in *calls*, from ``tool_call`` to its
     result, so the session's :class:`AcpAnswerer` can tell the client what a permission
-    question is about (the approval request itself carries no tool arguments, spec 1).
+    question is about (the approval request itself carries no tool arguments, contract §1).
     """
 
     connection: JsonRpcConnection

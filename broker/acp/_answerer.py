@@ -1,4 +1,4 @@
-"""The ACP answerer (spec 8.4): asks the editor that owns the session, over the connection."""
+"""The ACP answerer (contract §8.4): asks the editor that owns the session, over the connection."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .._answerers import AnswerNext
     from .._broker import Broker
     from .._request import ApprovalRequest
-    from ..tools._call import ToolCall as RuntimeToolCall
+    from ..tools import ToolCall as RuntimeToolCall
     from ._jsonrpc import JsonRpcConnection
 
 __all__ = ["ALLOW_ALWAYS", "ALLOW_ONCE", "REJECT_ONCE", "AcpAnswerer", "describe_tool_call"]

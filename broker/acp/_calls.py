@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._framing import encode_line
 from .._json_names import json_type
 from ._envelope import (
     CANCEL_REQUEST_METHOD,
@@ -26,7 +27,6 @@ from ._envelope import (
     valid_id,
 )
 from ._errors import ConnectionClosed, ErrorCode, JsonRpcError
-from ._framing import encode_line
 from ._outbox import Outbox
 
 __all__ = ["Calls"]

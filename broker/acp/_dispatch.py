@@ -16,6 +16,7 @@ from typing import Any, Final, TypeAlias
 import attrs
 import trio
 
+from .._framing import encode_line
 from .._json_names import json_type
 from ._envelope import (
     CANCEL_REQUEST_METHOD,
@@ -31,7 +32,6 @@ from ._envelope import (
     valid_id,
 )
 from ._errors import ErrorCode, JsonRpcError
-from ._framing import encode_line
 from ._outbox import Outbox
 
 __all__ = [

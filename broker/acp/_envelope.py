@@ -10,9 +10,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final, TypeAlias, TypeGuard
 
+from .._framing import encode_line
 from .._json_names import json_type
 from ._errors import ErrorCode, JsonRpcError
-from ._framing import encode_line
 
 __all__ = [
     "CANCEL_REQUEST_METHOD",

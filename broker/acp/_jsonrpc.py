@@ -3,7 +3,7 @@
 The connection is untyped: params and results are JSON values (``dict``/``list``/``str``...).
 ACP's typed values live in :mod:`broker.acp._wire`; handlers decode their params there.
 
-:class:`JsonRpcConnection` composes the parts, one concept a module: :mod:`._framing` (lines
+:class:`JsonRpcConnection` composes the parts, one concept a module: :mod:`broker._framing` (lines
 and their limit), :mod:`._envelope` (what a valid message is, and the error lines we answer
 with), :mod:`._dispatch` (incoming requests and notifications), :mod:`._calls` (our requests
 and their responses), :mod:`._outbox` (the one writer) and :mod:`._frames` (the frame hook and
@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from .._collapse import collapse_single
+from .._framing import DEFAULT_MAX_LINE_BYTES, parse_line, read_lines
 from .._json_names import json_type
 from ._calls import Calls
 from ._dispatch import (
@@ -33,7 +34,6 @@ from ._dispatch import (
 from ._envelope import CANCEL_REQUEST_METHOD, RequestId, error_line, invalid_line
 from ._errors import ConnectionClosed, ErrorCode, JsonRpcError
 from ._frames import Direction, Frame, FrameHook, FrameRecorder
-from ._framing import DEFAULT_MAX_LINE_BYTES, parse_line, read_lines
 from ._outbox import Outbox
 
 __all__ = [

@@ -38,8 +38,8 @@ from .._events import (
     UserMessage,
 )
 from .._vocabulary import Outcome
-from ..agent._history import unfinished_text
-from ..tools._call import ToolCall as RuntimeToolCall
+from ..agent import unfinished_text
+from ..tools import ToolCall as RuntimeToolCall
 from ._answerer import describe_tool_call
 from ._wire import (
     AgentMessageChunk,

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 import attrs
 
 from .._events import AgentMessage, Event, ToolCalled, ToolResulted, TurnEnd, UserMessage
-from ..tools._call import ToolCall
+from ..tools import ToolCall
 from ._model import Message
 
 __all__ = ["conversation_from_log", "unfinished_text"]

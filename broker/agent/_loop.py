@@ -19,7 +19,7 @@ import trio
 from .._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from .._events import AgentMessage, ToolCalled, ToolResulted, UserMessage
 from .._signal import is_aborted
-from ..tools._bash import SANDBOX_MODE, BashTool, sandbox_context
+from ..tools import SANDBOX_MODE, BashTool, sandbox_context
 from ._history import conversation_from_log
 from ._model import ContextEntry, Message, ModelRequest
 
@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from .._events import Event
     from .._session import Session
     from .._signal import Signal
-    from ..tools._call import ToolCall, ToolResult
-    from ..tools._runtime import ToolRuntime
+    from ..tools import ToolCall, ToolResult, ToolRuntime
     from ._model import Model
 
 __all__ = ["AgentLoop", "LoopObserver", "StopReason", "TurnResult"]

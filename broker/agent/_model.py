@@ -13,7 +13,7 @@ import attrs
 
 if TYPE_CHECKING:
     from .._agent import Notice
-    from ..tools._call import ToolCall, ToolSpec
+    from ..tools import ToolCall, ToolSpec
 
 __all__ = ["ContextEntry", "Message", "Model", "ModelRequest", "ModelResponse"]
 

@@ -41,7 +41,7 @@ import trio
 from .._cattrs_errors import STRUCTURE_ERRORS, problems
 from .._codec import converter, register_wire_type
 from .._errors import BrokerError
-from ..tools._call import ToolCall
+from ..tools import ToolCall
 from ._model import Message, ModelRequest, ModelResponse
 
 __all__ = [

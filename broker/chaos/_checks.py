@@ -9,8 +9,7 @@ import attrs
 from .._events import ApprovalAsked, ApprovalDecided, ApprovalGrant, Event
 from .._projection import fold_all
 from .._vocabulary import Outcome
-from ..store._invariants import SessionChecker
-from ..store._recovery import recovery_events
+from ..store import SessionChecker, recovery_events
 
 __all__ = ["LogFacts", "check_logs"]
 

@@ -8,14 +8,12 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._events import ApprovalAsked, ApprovalDecided
-from ..store._forwarding import ForwardingStore
-from ..store._protocol import StoreError
-from ..store._requests import Ticket
+from ..store import ForwardingStore, StoreError, Ticket
 
 if TYPE_CHECKING:
     from .._events import Event
     from .._projection import ApprovalState
-    from ..store._protocol import Durability
+    from ..store import Durability
 
 __all__ = ["FaultyStore"]
 

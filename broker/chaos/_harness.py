@@ -37,10 +37,15 @@ from .._events import ApprovalAsked, ApprovalDecided
 from .._request import ApprovalRequest
 from .._signal import AbortSignal
 from .._vocabulary import Outcome
-from ..store._logtools import VerifyError, open_reader, verify_reader
-from ..store._memory import MemoryStore
-from ..store._open import open_store
-from ..store._url import PostgresUrl, parse_store_url
+from ..store import (
+    MemoryStore,
+    PostgresUrl,
+    VerifyError,
+    open_reader,
+    open_store,
+    parse_store_url,
+    verify_reader,
+)
 from ._checks import check_logs, never_reached
 from ._faults import FaultyStore
 from ._instrument import Watch
@@ -50,8 +55,7 @@ if TYPE_CHECKING:
     from .._answerers import AnswererHandle, AnswerNext
     from .._broker import Broker
     from .._session import Session
-    from ..store._protocol import EventStore
-    from ..store._rows import EventRow, SessionInfo, StoredCheckpoint, StoreReader
+    from ..store import EventRow, EventStore, SessionInfo, StoredCheckpoint, StoreReader
 
 __all__ = ["ChaosReport", "run_chaos"]
 

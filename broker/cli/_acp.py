@@ -21,12 +21,11 @@ import trio
 
 from .. import open_broker
 from .._composition import Composition, CompositionError
-from ..acp._agent import serve_acp
-from ..acp._jsonrpc import Direction, Frame, JsonRpcConnection
-from ..agent._scripted import ScenarioError
-from ..hooks._settings import HookSettingsError
-from ..store._url import redact_dsn
-from ..tools._sandbox import SandboxUnavailableError
+from ..acp import Direction, Frame, JsonRpcConnection, serve_acp
+from ..agent import ScenarioError
+from ..hooks import HookSettingsError
+from ..store import redact_dsn
+from ..tools import SandboxUnavailableError
 from ._inbox import port_number, with_inbox
 from ._numbers import positive_seconds
 from ._signals import run_until_signalled

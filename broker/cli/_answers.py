@@ -30,11 +30,11 @@ import trio
 from .._codec import utf8_safe
 from .._display import printable
 from .._vocabulary import Outcome
-from ..store._boards import board_for
+from ..store import board_for
 from ._errors import EXIT_CHECK_FAILED, EXIT_OK, CliError
 
 if TYPE_CHECKING:
-    from ..store._board import AnswerBoard, PendingQuestion, QuestionStatus
+    from ..store import AnswerBoard, PendingQuestion, QuestionStatus
 
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -53,7 +53,7 @@ def register(sub: _Sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    pending.add_argument("store", help="the store: a file path, sqlite:///PATH")
+    pending.add_argument("store", help="the store: a file path, sqlite:///PATH or postgresql://…")
     pending.add_argument("--session", help="only the questions of this session id")
     pending.add_argument("--json", action="store_true", help="one JSON array on stdout")
     pending.set_defaults(func=run_pending)
@@ -63,7 +63,7 @@ def register(sub: _Sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    answer.add_argument("store", help="the store: a file path, sqlite:///PATH")
+    answer.add_argument("store", help="the store: a file path, sqlite:///PATH or postgresql://…")
     answer.add_argument("question_id", help="the question's id (broker pending lists them)")
     answer.add_argument(
         "verb",

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..chaos import ChaosConfig, run_chaos
-from ..chaos._harness import REAL_QUIET, REAL_TIME_SCALE
-from ..store._url import StoreUrlError, parse_store_url
+from ..chaos import REAL_QUIET, REAL_TIME_SCALE, ChaosConfig, run_chaos
+from ..store import StoreUrlError, parse_store_url
 from ._errors import CliError
 from ._numbers import fraction, integer, positive_integer
 

@@ -15,8 +15,7 @@ from .. import Answer, Outcome, first_answer, open_broker
 from .._events import TurnEnd
 from ..agent import AgentLoop, LoopObserver, Scenario, ScriptedModel
 from ..scenarios import scenario_path
-from ..store import open_sqlite_reader
-from ..store._logtools import show_session
+from ..store import open_sqlite_reader, show_session
 from ..tools import BashTool, BubblewrapExecutor, SandboxUnavailableError, ToolRuntime
 from ._signals import run_until_signalled
 from ._store_args import sqlite_file

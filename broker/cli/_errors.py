@@ -22,14 +22,18 @@ import sys
 from collections.abc import Callable
 
 from .._composition import CompositionError
-from ..agent._scripted import ScenarioError
-from ..hooks._settings import HookSettingsError
-from ..store._board import AnswerRefusedError
-from ..store._logtools import ImportLineError, LogToolError, VerifyError
-from ..store._protocol import StoreError
-from ..store._stage import SessionExistsError
-from ..store._url import StoreUrlError
-from ..tools._sandbox import SandboxUnavailableError
+from ..agent import ScenarioError
+from ..hooks import HookSettingsError
+from ..store import (
+    AnswerRefusedError,
+    ImportLineError,
+    LogToolError,
+    SessionExistsError,
+    StoreError,
+    StoreUrlError,
+    VerifyError,
+)
+from ..tools import SandboxUnavailableError
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "run_command"]
 

@@ -28,13 +28,11 @@ import trio
 
 from .._codec import utf8_safe
 from .._display import printable
-from ..store._board import GrantRevocation, check_grant_id
-from ..store._boards import board_for
-from ..store._grant_list import GrantRow, list_grants
+from ..store import GrantRevocation, GrantRow, board_for, check_grant_id, list_grants
 from ._errors import EXIT_CHECK_FAILED, EXIT_OK, CliError
 
 if TYPE_CHECKING:
-    from ..store._board import AnswerBoard
+    from ..store import AnswerBoard
 
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -70,6 +68,7 @@ def _when(ms: int | None) -> str | None:
 
 
 async def _revocations(board: AnswerBoard, rows: list[GrantRow]) -> dict[str, GrantRevocation]:
+    await trio.lowlevel.checkpoint()
     found: dict[str, GrantRevocation] = {}
     for row in rows:
         if row.status == "active" and row.id.startswith("g-"):

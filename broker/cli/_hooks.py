@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .._display import printable
-from ..hooks._settings import PROJECT_TOOLS, HookSettings, HookSettingsError
+from ..hooks import PROJECT_TOOLS, HookSettings, HookSettingsError
 
 if TYPE_CHECKING:
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]

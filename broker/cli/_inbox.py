@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._collapse import collapse_single
-from ..store._boards import board_for
+from ..store import board_for
 from ._errors import CliError
 from ._numbers import integer
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from .._broker import Broker
-    from ..store._board import AnswerBoard
+    from ..store import AnswerBoard
 
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -54,7 +54,7 @@ def register(sub: _Sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("store", help="the store: a file path, sqlite:///PATH")
+    parser.add_argument("store", help="the store: a file path, sqlite:///PATH or postgresql://…")
     parser.add_argument(
         "--bind",
         default="127.0.0.1",
@@ -91,7 +91,7 @@ def _token(path: pathlib.Path | None) -> str:
         text = path.read_text(encoding="utf-8").strip()
     except UnicodeDecodeError as exc:
         raise CliError(f"--token-file {path}: not UTF-8 text ({exc.reason})") from exc
-    from ..inbox._auth import check_token
+    from ..inbox import check_token
 
     try:
         return check_token(text, parameter=f"--token-file {path}: the token")

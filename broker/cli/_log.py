@@ -19,25 +19,27 @@ from typing import TYPE_CHECKING, TextIO
 import trio
 
 from .._display import printable
-from ..store._describe import describe_entry, seconds
-from ..store._logtools import (
+from ..store import (
     ImportLineError,
     LogToolError,
+    SessionExistsError,
+    StoreError,
+    StoreUrlError,
     VerifyError,
+    describe_entry,
     export_all,
     import_file,
     list_sessions,
+    parse_store_url,
+    seconds,
     session_lines,
     show_session,
     verify_store,
 )
-from ..store._protocol import StoreError
-from ..store._stage import SessionExistsError
-from ..store._url import StoreUrlError, parse_store_url
 from ._errors import database_error
 
 if TYPE_CHECKING:
-    from ..store._logtools import SessionSummary, Timeline
+    from ..store import SessionSummary, Timeline
 
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 

@@ -18,7 +18,7 @@ import trio
 
 from .. import open_broker
 from ..mcp import GateRules, RulesError, UpstreamUrl, serve_mcp_gate
-from ..store._url import redact_dsn
+from ..store import redact_dsn
 from ._errors import EXIT_CHECK_FAILED, CliError
 from ._inbox import port_number, with_inbox
 from ._numbers import positive_seconds

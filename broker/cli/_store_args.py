@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ..store._url import PostgresUrl, StoreUrlError, parse_store_url
+from ..store import PostgresUrl, StoreUrlError, parse_store_url
 
 __all__ = ["sqlite_file"]
 

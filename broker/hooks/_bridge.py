@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ..tools._gate import Allow, Ask, Deny
+from ..tools import Allow, Ask, Deny
 from ._runner import HookVerdict, run_hook
 
 if TYPE_CHECKING:
     import pathlib
     from collections.abc import Mapping, Sequence
 
-    from ..tools._gate import GateDecision
+    from ..tools import GateDecision
     from ._settings import HookSettings
 
 __all__ = ["DEFAULT_DENY_REASON", "HookBridge", "HookCall", "merge_verdicts"]

@@ -7,14 +7,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..tools._gate import Allow
+from ..tools import Allow
 from ._bridge import HookBridge, HookCall
 from ._settings import claude_code_name
 
 if TYPE_CHECKING:
-    from ..tools._call import CallContext, ToolCall
-    from ..tools._gate import GateDecision
-    from ..tools._runtime import GateNext
+    from ..tools import CallContext, GateDecision, GateNext, ToolCall
 
 __all__ = ["HookGate"]
 

@@ -23,13 +23,13 @@ import attrs
 import trio
 
 from .._display import printable
-from ..tools._cgroup import Bounds
+from ..tools import Bounds
 
 if TYPE_CHECKING:
     import pathlib
     from collections.abc import Mapping
 
-    from ..tools._cgroup import CommandCgroup
+    from ..tools import CommandCgroup
     from ._settings import CommandHook
 
 __all__ = ["OUTPUT_CAP", "Decision", "HookVerdict", "run_hook"]

@@ -17,6 +17,10 @@ decides and records ``answeredBy`` exactly as for any answer from elsewhere. Sec
 """
 
 from ._auth import InboxKeys as InboxKeys
+
+# For the other packages of broker (their front door into this one); not part of the
+# public API, so not in __all__.
+from ._auth import check_token as check_token
 from ._serve import InboxListenError as InboxListenError
 from ._serve import serve_inbox as serve_inbox
 

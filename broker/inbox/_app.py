@@ -37,15 +37,15 @@ import trio
 from .._cattrs_errors import STRUCTURE_ERRORS, problems
 from .._codec import converter
 from .._display import printable
-from ..store._board import (
+from ..store import (
     AnswerRefusedError,
+    LogToolError,
+    StoreError,
     UnknownQuestionError,
     check_answer,
     check_by,
     check_grant_id,
 )
-from ..store._logtools import LogToolError
-from ..store._protocol import StoreError
 from ._feed import Feed, FeedBusyError
 from ._http import (
     BodyTooLargeError,
@@ -72,8 +72,7 @@ from ._wire import (
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-    from ..store._board import AnswerBoard
-    from ..store._grant_list import GrantRow
+    from ..store import AnswerBoard, GrantRow
     from ._auth import InboxKeys
     from ._timeline import SessionLog
 
@@ -209,6 +208,7 @@ class InboxApp:
         return 200, dumps(GrantsView(grants=views))
 
     async def _grant_view(self, row: GrantRow) -> GrantView:
+        await trio.lowlevel.checkpoint()
         status = row.status if row.revoked_by is None else f"{row.status} by {row.revoked_by}"
         if row.status == "active" and row.id.startswith("g-"):
             revocation = await self.board.grant_revocation(row.id)

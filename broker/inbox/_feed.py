@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ..store._protocol import StoreError
+from ..store import StoreError
 from ._wire import Change, Gone, Snapshot, dumps, shown, shown_name
 
 if TYPE_CHECKING:
-    from ..store._board import AnswerBoard, PendingQuestion
+    from ..store import AnswerBoard, PendingQuestion
 
 __all__ = ["Feed", "FeedBusyError", "sse"]
 

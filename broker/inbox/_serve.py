@@ -32,7 +32,7 @@ from ._timeline import session_log_of
 
 if TYPE_CHECKING:
     from .._broker import Broker
-    from ..store._board import AnswerBoard
+    from ..store import AnswerBoard
 
 __all__ = ["InboxListenError", "serve_inbox"]
 

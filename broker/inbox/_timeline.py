@@ -20,15 +20,12 @@ import attrs
 import trio
 
 from .._display import printable
-from ..store._describe import describe_entry
-from ..store._grant_list import GrantRow, list_grants
-from ..store._logtools import show_session
-from ..store.sqlite._board import SqliteBoard
+from ..store import GrantRow, describe_entry, list_grants, show_session
+from ..store.sqlite import SqliteBoard
 from ._wire import SessionView, TimelineRow, dumps
 
 if TYPE_CHECKING:
-    from ..store._board import AnswerBoard
-    from ..store._logtools import Timeline
+    from ..store import AnswerBoard, Timeline
 
 __all__ = ["SessionLog", "session_log_of"]
 

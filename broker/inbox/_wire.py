@@ -13,7 +13,7 @@ import attrs
 
 from .._codec import converter, register_wire_type, utf8_safe
 from .._display import printable
-from ..store._board import PendingQuestion
+from ..store import PendingQuestion
 
 __all__ = [
     "AnswerBody",

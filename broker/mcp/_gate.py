@@ -61,7 +61,7 @@ import attrs
 import trio
 
 from .._display import printable
-from ..acp._framing import read_lines
+from .._framing import read_lines
 from ._calls import MAX_HELD, REASON_ARGUMENTS, CallGate
 from ._elicit import Elicitor, waterfall
 from ._frames import (

@@ -20,6 +20,10 @@ from ._engine import Verdict as Verdict
 from ._engine import command_of as command_of
 from ._glob import GlobError as GlobError
 from ._load import RulesFileError as RulesFileError
+
+# For the other packages of broker (their front door into this one); not part of the
+# public API, so not in __all__.
+from ._load import claude_code_permissions as claude_code_permissions
 from ._load import load_rules as load_rules
 from ._load import parse_rules as parse_rules
 from ._load import rules_from_claude_code as rules_from_claude_code
@@ -28,6 +32,8 @@ from ._model import Rule as Rule
 from ._model import RuleDecision as RuleDecision
 from ._model import RuleOrigin as RuleOrigin
 from ._paths import normalise_path as normalise_path
+from ._shell import parse_command as parse_command
+from ._shell import split_words as split_words
 
 __all__ = [
     "GlobError",

@@ -7,18 +7,65 @@ store adds its SQL and connection in its own folder: :mod:`broker.store.sqlite`,
 :mod:`broker.store.postgres`. :func:`open_store` opens the one a URL names.
 """
 
+# For the other packages of broker (their front door into this one); not part of the
+# public API, so not in __all__.
+from ._board import AnswerBoard as AnswerBoard
+from ._board import AnswerRefusedError as AnswerRefusedError
+from ._board import GrantRevocation as GrantRevocation
+from ._board import HasAnswerBoard as HasAnswerBoard
+from ._board import PendingQuestion as PendingQuestion
+from ._board import QuestionStatus as QuestionStatus
+from ._board import RemoteAnswer as RemoteAnswer
+from ._board import UnknownQuestionError as UnknownQuestionError
+from ._board import check_answer as check_answer
+from ._board import check_by as check_by
+from ._board import check_grant_id as check_grant_id
+from ._boards import answer_board as answer_board
+from ._boards import board_for as board_for
+from ._describe import describe_entry as describe_entry
+from ._describe import seconds as seconds
+from ._forwarding import ForwardingStore as ForwardingStore
+from ._grant_list import GrantRow as GrantRow
+from ._grant_list import list_grants as list_grants
+from ._invariants import SessionChecker as SessionChecker
+from ._logtools import ImportLineError as ImportLineError
+from ._logtools import LogToolError as LogToolError
+from ._logtools import SessionSummary as SessionSummary
+from ._logtools import Timeline as Timeline
+from ._logtools import VerifyError as VerifyError
+from ._logtools import export_all as export_all
+from ._logtools import import_file as import_file
+from ._logtools import list_sessions as list_sessions
+from ._logtools import open_reader as open_reader
+from ._logtools import session_lines as session_lines
+from ._logtools import show_session as show_session
+from ._logtools import verify_reader as verify_reader
+from ._logtools import verify_store as verify_store
 from ._memory import MemoryStore as MemoryStore
+from ._memory_board import MemoryBoard as MemoryBoard
 from ._open import open_store as open_store
+from ._protocol import Durability as Durability
 from ._protocol import EventStore as EventStore
 from ._protocol import SessionFencedError as SessionFencedError
 from ._protocol import SessionOwnedError as SessionOwnedError
+from ._protocol import SessionRecord as SessionRecord
 from ._protocol import StoreError as StoreError
 from ._protocol import StoreLockedError as StoreLockedError
 from ._protocol import StoreOpenError as StoreOpenError
 from ._recovery import RecoveredSession as RecoveredSession
 from ._recovery import RecoveryReport as RecoveryReport
+from ._recovery import recovery_events as recovery_events
+from ._requests import Ticket as Ticket
+from ._rows import EventRow as EventRow
+from ._rows import SessionInfo as SessionInfo
+from ._rows import StoredCheckpoint as StoredCheckpoint
+from ._rows import StoreReader as StoreReader
+from ._stage import SessionExistsError as SessionExistsError
+from ._url import ACCEPTED_STORE_FORMS as ACCEPTED_STORE_FORMS
+from ._url import PostgresUrl as PostgresUrl
 from ._url import StoreUrlError as StoreUrlError
 from ._url import parse_store_url as parse_store_url
+from ._url import redact_dsn as redact_dsn
 from .postgres import open_postgres_store as open_postgres_store
 from .sqlite import SqliteStore as SqliteStore
 from .sqlite import open_sqlite_reader as open_sqlite_reader

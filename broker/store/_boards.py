@@ -15,7 +15,7 @@ import os
 
 from ._board import AnswerBoard
 from ._url import PostgresUrl, parse_store_url
-from .sqlite._board import SqliteBoard
+from .sqlite import SqliteBoard
 
 __all__ = ["answer_board", "board_for"]
 
@@ -28,7 +28,7 @@ def board_for(store: str | os.PathLike[str], *, parameter: str = "store") -> Ans
     """
     where = parse_store_url(store, parameter=parameter)
     if isinstance(where, PostgresUrl):
-        from .postgres._board import PostgresBoard
+        from .postgres import PostgresBoard
 
         return PostgresBoard(dsn=where.dsn)
     return SqliteBoard(path=where.path)

@@ -42,7 +42,7 @@ from ._invariants import SessionChecker, Violation
 from ._open import open_store
 from ._protocol import StoreError
 from ._url import PostgresUrl, parse_store_url, redact_dsn
-from .sqlite._reader import open_sqlite_reader
+from .sqlite import open_sqlite_reader
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -207,7 +207,7 @@ def open_reader(store: str | os.PathLike[str]) -> Iterator[StoreReader]:
     ``postgresql://…``) for the ``with`` block; nothing is written."""
     where = parse_store_url(store)
     if isinstance(where, PostgresUrl):
-        from .postgres._reader import open_postgres_reader  # psycopg only when asked for
+        from .postgres import open_postgres_reader  # psycopg only when asked for
 
         with open_postgres_reader(where.dsn) as postgres:
             yield postgres

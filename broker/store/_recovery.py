@@ -1,6 +1,6 @@
 """Crash recovery: close what a dead writer left open, and report it.
 
-Questions are process-local (spec section 7): after a crash an ``approval/asked`` without an
+Questions are process-local (contract §7): after a crash an ``approval/asked`` without an
 ``approval/decided`` can never be answered. Recovery closes each one explicitly with
 ``ApprovalDecided(outcome=cancelled, recovered=True)`` — never a grant, never a new ask — and
 then ends a turn left open with ``TurnEnd(reason=interrupted)``, so the audit shows what

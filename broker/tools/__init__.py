@@ -1,5 +1,9 @@
 """Tools and the tool runtime: gates, ask routing, and the sandboxed ``bash`` tool."""
 
+# Explicit: what a user may import from this subpackage.
+# For the other packages of broker (their front door into this one); not part of the
+# public API, so not in __all__.
+from ._bash import SANDBOX_MODE as SANDBOX_MODE
 from ._bash import BashTool as BashTool
 from ._bash import sandbox_context as sandbox_context
 from ._call import CallContext as CallContext
@@ -7,6 +11,7 @@ from ._call import ToolCall as ToolCall
 from ._call import ToolResult as ToolResult
 from ._call import ToolSpec as ToolSpec
 from ._cgroup import Bounds as Bounds
+from ._cgroup import CommandCgroup as CommandCgroup
 from ._environment import EnvironmentPolicy as EnvironmentPolicy
 from ._gate import Allow as Allow
 from ._gate import Ask as Ask
@@ -26,7 +31,6 @@ from ._sandbox import SandboxMode as SandboxMode
 from ._sandbox import SandboxUnavailableError as SandboxUnavailableError
 from ._sandbox import denial_marker as denial_marker
 
-# Explicit: what a user may import from this subpackage.
 __all__ = [
     "DEFAULT_PROTECTED_PATHS",
     "ESCALATION_HINT",

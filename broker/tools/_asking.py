@@ -1,8 +1,8 @@
 """Putting a tool call's question through the approval seam without ever raising.
 
-Both the runtime's ask routing (spec 8.1) and the bash escalation gate (8.2) ask here. A question
-that cannot be put or recorded — no open turn, the session closed or crashed, the broker shut
-down, an audit append that failed or was refused — becomes an error tool result that names the
+Both the runtime's ask routing (contract §8.1) and the bash escalation gate (§8.2) ask here. A
+question that cannot be put or recorded — no open turn, the session closed or crashed, the broker
+shut down, an audit append that failed or was refused — becomes an error tool result that names the
 cause, and the tool does not run (the seed runtime does the same). Only the caller's own
 cancellation propagates.
 """

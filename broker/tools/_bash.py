@@ -1,4 +1,4 @@
-"""The ``bash`` tool: shell commands in a real sandbox, with a one-shot escalation (spec 8.2).
+"""The ``bash`` tool: shell commands in a real sandbox, with a one-shot escalation (contract §8.2).
 
 A write the sandbox refuses comes back with the denial marker and, where a wider mode exists,
 the escalation hint. The model may then retry *that* command once with

@@ -1,4 +1,4 @@
-"""Pre-execute gate decisions (spec 8.1): allow, deny with a reason, or ask (optionally why)."""
+"""Pre-execute gate decisions (contract §8.1): allow, deny with a reason, or ask (maybe why)."""
 
 from __future__ import annotations
 

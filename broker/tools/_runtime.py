@@ -1,4 +1,4 @@
-"""The tool runtime: a ``tools/pre-execute`` gate waterfall, ask routing, then dispatch (spec 8.1).
+"""The tool runtime: a ``tools/pre-execute`` gate waterfall, ask routing, dispatch (contract §8.1).
 
 Synopsis::
 

@@ -1,4 +1,5 @@
-"""Exact texts the model sees from the tool runtime and the bash escalation gate (spec 8.1, 8.2).
+"""Exact texts the model sees from the tool runtime and the bash escalation gate (contract §8.1,
+§8.2).
 
 Every one of them is pinned by a test that reaches it through the real path that produces it.
 """

@@ -9,6 +9,10 @@ from .._protocol import StoreLockedError as StoreLockedError
 from .._rows import EventRow as EventRow
 from .._rows import SessionInfo as SessionInfo
 from .._rows import StoredCheckpoint as StoredCheckpoint
+
+# For the other packages of broker (their front door into this one); not part of the
+# public API, so not in __all__.
+from ._board import SqliteBoard as SqliteBoard
 from ._reader import SqliteReader as SqliteReader
 from ._reader import open_sqlite_reader as open_sqlite_reader
 from ._store import SqliteStore as SqliteStore

@@ -1,4 +1,5 @@
-"""Framing: ACP's stdio transport is one JSON value per line, UTF-8, ``\n``-terminated.
+"""Framing: one JSON value per line, UTF-8, ``\n``-terminated — ACP's stdio transport and MCP's
+(the ACP connection and the MCP gate both read with it).
 
 This module owns the bytes: splitting a receive stream into lines under a length limit (an
 over-long line is skipped up to its newline without being buffered), parsing one line, and
