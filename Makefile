@@ -18,7 +18,7 @@ ASYNC_LIB   := --disable=ASYNC124 --startable-in-context-manager=$(STARTABLE)
 ASYNC_TESTS := --disable=ASYNC124,ASYNC910,ASYNC911,ASYNC912 \
   --startable-in-context-manager=$(STARTABLE)
 
-.PHONY: demo test lint bench bench-quick system-deps clean
+.PHONY: demo test lint docs bench bench-quick system-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/flake8-async $(ASYNC_LIB) $$(git ls-files 'broker/*.py')
 	$(VENV)/bin/flake8-async $(ASYNC_TESTS) $$(git ls-files 'tests/*.py' 'bench/*.py')
+
+# The public packages (each one's __all__ is its reference page).
+DOC_MODULES := broker broker.rules broker.store broker.tools broker.acp broker.mcp broker.hooks \
+  broker.inbox broker.agent broker.testing
+
+# The API reference from the docstrings, into build/docs (open build/docs/index.html). Warnings
+# are errors: an annotation the reference cannot resolve, a broken docstring, fail the build.
+docs: $(STAMP)
+	rm -rf build/docs
+	$(PY) -W error -m pdoc --output-directory build/docs $(DOC_MODULES)
 
 # The suite (python -m bench) prints a table, writes bench/results/{results.json,plot.svg} and
 # rewrites the figures table of bench/README.md (not with --quick);

@@ -23,19 +23,22 @@ import trio
 
 from ._decision import Answer
 from ._flight import Flight, Withdrawal
+
+# At run time, not only for the checker: the AnswerFn alias below names it, and the API
+# reference (``make docs``) resolves the alias where it is used.
+from ._request import ApprovalRequest
 from ._vocabulary import Outcome, Source
 from ._waterfall import run_chain
 
 if TYPE_CHECKING:
     from ._agent import Agent
-    from ._request import ApprovalRequest
 
 __all__ = ["AnswerFn", "AnswerNext", "AnswererHandle", "run_waterfall"]
 
 log = logging.getLogger("broker.answerers")
 
 AnswerNext: TypeAlias = Callable[[], Awaitable[Outcome]]
-AnswerFn: TypeAlias = Callable[["ApprovalRequest", AnswerNext], Awaitable["Outcome | Answer"]]
+AnswerFn: TypeAlias = Callable[[ApprovalRequest, AnswerNext], Awaitable[Outcome | Answer]]
 
 _VOCABULARY = frozenset(o.value for o in Outcome)
 

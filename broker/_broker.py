@@ -8,7 +8,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, ClassVar
 
@@ -113,7 +113,7 @@ class Broker(metaclass=FactoryMade):
     #: Host interface: the answerers that see every question, in registration order (an
     #: attribute, read on every question; written only by :meth:`register_answerer`).
     unscoped_answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
-    _order: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _order: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _closing: bool = attrs.field(default=False, init=False)
     # The answer board (see the board property), made on first use.
     _board: AnswerBoard | None = attrs.field(default=None, init=False)

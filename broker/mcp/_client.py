@@ -34,6 +34,8 @@ from ._calls import REASON_ARGUMENTS
 from ._messages import refusal_text
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from mcp import types
 
     from .._agent import Agent
@@ -57,7 +59,7 @@ class GatedTools:
     broker: Broker
     agent: Agent
     client: ToolCaller
-    _call_ids: itertools.count[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
+    _call_ids: Iterator[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any

@@ -32,6 +32,8 @@ from ._ledger import GATE_ID_PREFIX
 from ._messages import INPUT_KEY, elicitation_message, elicited
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .._answerers import AnswerFn, AnswerNext
     from .._request import ApprovalRequest
     from .._vocabulary import Outcome
@@ -62,7 +64,7 @@ class Elicitor:
     client_elicits: bool = attrs.field(init=False, default=False)
     #: id key -> the gate's own requests to the client.
     asks: dict[str, _Ask] = attrs.field(init=False, factory=dict)
-    _ask_ids: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
+    _ask_ids: Iterator[int] = attrs.field(init=False, factory=itertools.count)
     _id_prefix: str = attrs.field(init=False, factory=lambda: GATE_ID_PREFIX + secrets.token_hex(8))
 
     def answered(self, key: str, message: dict[str, Any]) -> bool:
