@@ -83,6 +83,7 @@ def test_a_question_asked_in_another_process_is_listed_and_answered(
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)  # a secret: the inbox refuses one that others can read
     with (
         asker(store) as a,
         inbox(store, "--token-file", str(token_file)) as (
@@ -138,6 +139,8 @@ def test_the_inbox_refuses_in_one_line_what_it_cannot_do(tmp_path: pathlib.Path)
     missing = tmp_path / "missing.sqlite"
     weak = tmp_path / "weak"
     weak.write_text("short\n")
+    weak.chmod(0o600)
+    nowhere = tmp_path / "no-such-folder" / "token"
     taken = socket.socket()
     with taken:
         taken.bind(("127.0.0.1", 0))
@@ -158,8 +161,8 @@ def test_the_inbox_refuses_in_one_line_what_it_cannot_do(tmp_path: pathlib.Path)
                     "16 characters",
                 ),
                 (
-                    ["inbox", store, "--token-file", str(missing)],
-                    f"broker inbox: cannot use '{missing}'",
+                    ["inbox", store, "--token-file", str(nowhere)],
+                    f"broker inbox: cannot use '{nowhere}'",
                 ),
                 (["inbox", store, "--port", "70000"], "broker inbox: argument --port: must be"),
             ]

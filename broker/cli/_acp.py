@@ -21,6 +21,7 @@ import trio
 
 from .. import open_broker
 from .._composition import Composition, CompositionError
+from .._private_files import make_private_dirs
 from ..acp import Direction, Frame, JsonRpcConnection, serve_acp
 from ..agent import ScenarioError
 from ..hooks import HookSettingsError
@@ -176,7 +177,7 @@ async def _serve(
         return 2
     store = composition.store
     if isinstance(store, pathlib.Path):
-        await trio.Path(store).parent.mkdir(parents=True, exist_ok=True)
+        await trio.to_thread.run_sync(make_private_dirs, store.parent)
         logging.getLogger("broker.acp").info("session log: %s", store)
     elif store is not None:  # a PostgreSQL URL: never log its password
         logging.getLogger("broker.acp").info("session log: %s", redact_dsn(store))

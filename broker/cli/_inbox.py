@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._collapse import collapse_single
+from .._private_files import check_secret_file, create_private_file
 from ..store import board_for
 from ._errors import CliError
 from ._numbers import integer
@@ -71,7 +72,9 @@ def register(sub: _Sub) -> None:
         "--token-file",
         type=pathlib.Path,
         metavar="FILE",
-        help="read the token from FILE (default: a new random token, printed)",
+        help="read the token from FILE, which must be yours and not readable by others (as "
+        "ssh requires of a key); a missing FILE is created (0600) with a new token "
+        "(default: a new random token, printed)",
     )
     parser.set_defaults(func=run)
 
@@ -88,7 +91,14 @@ def _token(path: pathlib.Path | None) -> str:
     if path is None:
         return secrets.token_urlsafe(32)
     try:
+        if create_private_file(path, warn=False):  # new: 0600 whatever the umask, a new token
+            token = secrets.token_urlsafe(32)
+            path.write_text(token + "\n", encoding="utf-8")
+            return token
+        check_secret_file(path, "--token-file")
         text = path.read_text(encoding="utf-8").strip()
+    except PermissionError as exc:
+        raise CliError(str(exc)) from exc
     except UnicodeDecodeError as exc:
         raise CliError(f"--token-file {path}: not UTF-8 text ({exc.reason})") from exc
     from ..inbox import check_token

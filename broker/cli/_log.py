@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 import trio
 
 from .._display import printable
+from .._private_files import create_private_file
 from ..store import (
     ImportLineError,
     LogToolError,
@@ -273,6 +274,7 @@ def run_export(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
             sys.stdout.flush()
         else:
+            create_private_file(args.out)  # a new file: 0600 (an existing one stays as it is)
             with open(args.out, "w", encoding="utf-8", newline="") as out:
                 out.write(text)
     except BrokenPipeError:

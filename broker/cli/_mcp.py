@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .. import open_broker
+from .._private_files import make_private_dirs
 from ..mcp import GateRules, RulesError, UpstreamUrl, serve_mcp_gate
 from ..store import redact_dsn
 from ._errors import EXIT_CHECK_FAILED, CliError
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     store: str | None = args.store if args.store != ":memory:" else None
     if args.store is None:
         store = str(_default_store())
-        pathlib.Path(store).parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(pathlib.Path(store).parent)
     # The in-process inbox answers on this broker's own board, so it needs no durable store.
     remote = (store is not None and not args.no_remote_answers) or args.inbox is not None
     if store is not None:

@@ -29,6 +29,7 @@ import trio
 from .._codec import EventDecodeError, decode_event, encode_event
 from .._errors import BrokerError
 from .._events import ApprovalAsked, ApprovalDecided
+from .._private_files import create_private_file, make_private_dirs
 from .._projection import ApprovalState, fold
 from ._chain import GENESIS, chain_hash
 from ._checkpoint import (
@@ -440,6 +441,8 @@ def session_id_from_file_name(path: str | os.PathLike[str]) -> str:
 
 def _write_atomically(target: Path, text: str) -> None:
     partial = target.with_name(target.name + ".partial")
+    partial.unlink(missing_ok=True)
+    create_private_file(partial)  # 0600 whatever the umask: the log's contents
     partial.write_text(text, encoding="utf-8")
     partial.replace(target)
 
@@ -458,7 +461,7 @@ def export_all(
             f"export directory '{out}' is a file: pass a directory (it is created if missing)"
         )
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(out)
     except OSError as exc:
         raise LogToolError(
             f"cannot create export directory '{out}': {exc.strerror or exc}; check the path"

@@ -36,7 +36,7 @@ class WriterLock:
         if self._fd is not None:
             raise RuntimeError(f"lock '{self.path}' is already held by this object")
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StoreOpenError(
                 f"cannot open store file '{self.store_path}' for writing: cannot create lock "

@@ -16,6 +16,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Literal
 
+from ..._private_files import create_private_file, warn_if_shared
 from .._protocol import StoreOpenError
 
 __all__ = [
@@ -219,6 +220,16 @@ def connect_writer(path: str, synchronous: Synchronous) -> sqlite3.Connection:
     thread that will own the connection.
     """
     check_writer_path(path)
+    try:
+        # Private from the first byte: SQLite gives its -wal and -shm the database's mode.
+        create_private_file(path)
+    except OSError as exc:
+        raise StoreOpenError(
+            f"cannot create store file '{path}': {exc.strerror or exc}; check the folder's "
+            "permissions"
+        ) from exc
+    for side in (path + "-wal", path + "-shm"):
+        warn_if_shared(side)
     try:
         conn = sqlite3.connect(path, isolation_level=None)
     except sqlite3.Error as exc:
