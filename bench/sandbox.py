@@ -19,7 +19,7 @@ import trio
 
 from bench._stats import percentile
 from bench._suite import Figure, Result
-from broker.tools._sandbox import BubblewrapExecutor, PlainExecutor, SandboxMode
+from broker.tools import BubblewrapExecutor, PlainExecutor, SandboxMode
 
 BLOCK = 10
 

@@ -14,7 +14,7 @@ import pytest
 from broker._composition import DEFAULT_PERMISSION_DEADLINE, Composition, CompositionError
 from broker._vocabulary import Delegation, Policy
 from broker.scenarios import scenario_path
-from broker.tools._sandbox import SandboxMode
+from broker.tools import SandboxMode
 
 
 def write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:

@@ -28,8 +28,8 @@ from broker._vocabulary import POLICY_ERROR, Delegation, Outcome, Policy, Source
 from broker.acp._answerer import ALLOW_ONCE, REJECT_ONCE
 from broker.acp._wire import to_wire
 from broker.hooks._bridge import DEFAULT_DENY_REASON
+from broker.tools import ESCALATION_HINT, SandboxMode, denial_marker
 from broker.tools import _texts as tool_texts
-from broker.tools._sandbox import ESCALATION_HINT, SandboxMode, denial_marker
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "broker"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from broker.tools._sandbox import (
+from broker.tools.sandbox import (
     ESCALATION_HINT,
     BubblewrapExecutor,
     CommandLimits,

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from broker.tools._seccomp import SeccompUnsupportedError, setuid_filter
+from broker.tools.sandbox._seccomp import SeccompUnsupportedError, setuid_filter
 
 
 def instructions(program: bytes) -> list[tuple[int, int, int, int]]:

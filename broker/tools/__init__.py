@@ -21,15 +21,15 @@ from ._runtime import Gate as Gate
 from ._runtime import GateNext as GateNext
 from ._runtime import Tool as Tool
 from ._runtime import ToolRuntime as ToolRuntime
-from ._sandbox import DEFAULT_PROTECTED_PATHS as DEFAULT_PROTECTED_PATHS
-from ._sandbox import ESCALATION_HINT as ESCALATION_HINT
-from ._sandbox import BubblewrapExecutor as BubblewrapExecutor
-from ._sandbox import CommandLimits as CommandLimits
-from ._sandbox import CommandResult as CommandResult
-from ._sandbox import PlainExecutor as PlainExecutor
-from ._sandbox import SandboxMode as SandboxMode
-from ._sandbox import SandboxUnavailableError as SandboxUnavailableError
-from ._sandbox import denial_marker as denial_marker
+from .sandbox import DEFAULT_PROTECTED_PATHS as DEFAULT_PROTECTED_PATHS
+from .sandbox import ESCALATION_HINT as ESCALATION_HINT
+from .sandbox import BubblewrapExecutor as BubblewrapExecutor
+from .sandbox import CommandLimits as CommandLimits
+from .sandbox import CommandResult as CommandResult
+from .sandbox import PlainExecutor as PlainExecutor
+from .sandbox import SandboxMode as SandboxMode
+from .sandbox import SandboxUnavailableError as SandboxUnavailableError
+from .sandbox import denial_marker as denial_marker
 
 __all__ = [
     "DEFAULT_PROTECTED_PATHS",

@@ -21,7 +21,7 @@ from .._vocabulary import Outcome
 from . import _texts
 from ._asking import ask_or_refuse
 from ._call import CallContext, ToolCall, ToolResult, ToolSpec
-from ._sandbox import (
+from .sandbox import (
     ESCALATION_HINT,
     BubblewrapExecutor,
     CommandLimits,

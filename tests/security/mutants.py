@@ -27,34 +27,35 @@ NO_PROBE: _Edit = (
     "        await trio.lowlevel.checkpoint()\n"
     "        return BubblewrapExecutor(bwrap=shutil.which('bwrap') or 'bwrap')",
 )
-SB = "broker/tools/_sandbox.py"
+ARGV = "broker/tools/sandbox/_argv.py"
+EXECUTORS = "broker/tools/sandbox/_executors.py"
 MUTANTS: dict[str, tuple[str, list[_Edit]]] = {
     "cap-drop kept": (
         "test_no_uid_0 or test_unmount",
-        [(SB, '"--cap-drop", "ALL",', "")],
+        [(ARGV, '"--cap-drop", "ALL",', "")],
     ),
     "no user namespace": (
         "test_no_uid_0 or test_unmount",
         [
             (
-                SB,
+                ARGV,
                 '"--unshare-user", "--uid", _SANDBOX_ID, "--gid", _SANDBOX_ID,\n'
                 '        "--disable-userns",',
                 "",
             )
         ],
     ),
-    "nested userns allowed": ("test_nested_user_namespace", [(SB, '"--disable-userns",', "")]),
-    "no seccomp": ("test_setuid_and_setgid", [(SB, '"--seccomp", str(seccomp_fd),', "")]),
+    "nested userns allowed": ("test_nested_user_namespace", [(ARGV, '"--disable-userns",', "")]),
+    "no seccomp": ("test_setuid_and_setgid", [(ARGV, '"--seccomp", str(seccomp_fd),', "")]),
     "seccomp misses openat": (
         "test_setuid_and_setgid",
-        [("broker/tools/_seccomp.py", '"openat": (257, 3, 2),', "")],
+        [("broker/tools/sandbox/_seccomp.py", '"openat": (257, 3, 2),', "")],
     ),
     "proc writable": (
         "test_proc_sys",
         [
             (
-                SB,
+                ARGV,
                 '_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")',
                 "_PROC_READ_ONLY = ()",
             )
@@ -64,7 +65,7 @@ MUTANTS: dict[str, tuple[str, list[_Edit]]] = {
         "test_host_unix_sockets",
         [
             (
-                SB,
+                ARGV,
                 '_SOCKET_DIRS = ("/run", "/var/run", "/var/lib/docker", "/var/lib/containerd")',
                 "_SOCKET_DIRS = ()",
             )
@@ -84,7 +85,7 @@ MUTANTS: dict[str, tuple[str, list[_Edit]]] = {
         "test_secrets",
         [
             (
-                SB,
+                EXECUTORS,
                 "env=self.environment.build(),\n                    extra_fds",
                 "env=os.environ,\n                    extra_fds",
             )
@@ -92,11 +93,11 @@ MUTANTS: dict[str, tuple[str, list[_Edit]]] = {
     ),
     "no protected binds": (
         "test_protected_paths_are_read_only",
-        [(SB, '                argv += ["--ro-bind", path, path]\n', "                pass\n")],
+        [(ARGV, '                argv += ["--ro-bind", path, path]\n', "                pass\n")],
     ),
     "created protected paths kept": (
         "test_absent_protected",
-        [(SB, "removed = _remove_created(ws, absent) if absent else ()", "removed = ()")],
+        [(EXECUTORS, "removed = _remove_created(ws, absent) if absent else ()", "removed = ()")],
     ),
     "no pids.max": (
         "test_a_fork_bomb",
@@ -112,13 +113,13 @@ MUTANTS: dict[str, tuple[str, list[_Edit]]] = {
         "test_ram_backed_tmpfs_is_bounded and tmp]",
         [
             (
-                SB,
+                ARGV,
                 'argv += ["--size", size, "--tmpfs", "/tmp", ws_bind, ws, ws]',
                 'argv += ["--tmpfs", "/tmp", ws_bind, ws, ws]',
             )
         ],
     ),
-    "dev writable": ("test_dev_is_read_only", [(SB, '"--remount-ro", "/dev",', "")]),
+    "dev writable": ("test_dev_is_read_only", [(ARGV, '"--remount-ro", "/dev",', "")]),
     "no memory limit": (
         "test_memory_is_bounded",
         [
@@ -198,7 +199,13 @@ MUTANTS: dict[str, tuple[str, list[_Edit]]] = {
     ),
     "probe trusts any output": (
         "test_a_sandbox_that_only_looks_confined",
-        [(SB, "        if failures or lines[-1:] != [_PROBE_SENTINEL]:", "        if False:")],
+        [
+            (
+                EXECUTORS,
+                "        if failures or lines[-1:] != [_PROBE_SENTINEL]:",
+                "        if False:",
+            )
+        ],
     ),
 }
 
@@ -222,7 +229,11 @@ def run(name: str) -> bool:
     select, edits = MUTANTS[name]
     with tempfile.TemporaryDirectory(prefix="broker-mutant-") as scratch:
         tree = pathlib.Path(scratch) / "tree"
-        ignore = shutil.ignore_patterns(".venv", ".git", "node_modules", "__pycache__", ".*_cache")
+        # build/ and dist/ are generated (gitignored); an editable install's link tree there
+        # keeps dangling links to modules that have since moved, which copytree cannot copy.
+        ignore = shutil.ignore_patterns(
+            ".venv", ".git", "node_modules", "__pycache__", ".*_cache", "build", "dist"
+        )
         shutil.copytree(ROOT, tree, ignore=ignore)
         _apply(tree, [*edits, NO_PROBE])
         conftest = tree / "tests/security/conftest.py"

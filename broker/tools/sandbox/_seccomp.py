@@ -13,14 +13,17 @@ Chromium's, answers ``EPERM`` to every call that would put ``S_ISUID`` or ``S_IS
 
 Calls from another ABI (i386 ``int 0x80`` on x86-64, x32) are answered ``ENOSYS``: a filter
 keyed on native syscall numbers would otherwise be bypassed by switching ABI.
+
+``_seccomp_memfd`` hands the program to bwrap in a memfd.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import struct
 
-from .._errors import BrokerError
+from ..._errors import BrokerError
 
 __all__ = ["SeccompUnsupportedError", "setuid_filter"]
 
@@ -135,3 +138,15 @@ def setuid_filter(machine: str | None = None) -> bytes:
             ]
     prog.append(allow)
     return b"".join(prog)
+
+
+def _seccomp_memfd() -> int:
+    """A memfd holding the setuid filter, positioned at its start, for bwrap's ``--seccomp``."""
+    fd = os.memfd_create("broker-seccomp", 0)
+    try:
+        os.write(fd, setuid_filter())
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
