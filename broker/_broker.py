@@ -389,21 +389,28 @@ class Broker(metaclass=FactoryMade):
         return self._board
 
     def remote_answerer(
-        self, *, deadline: float | None = None, allow_always: bool = False
+        self,
+        *,
+        deadline: float | None = None,
+        allow_always: bool = False,
+        always_for: float | None = None,
     ) -> RemoteAnswerer:
         """An answerer that waits for an answer given on :attr:`board` (``broker answer``,
         :meth:`answer`, an inbox); register it like any other, usually last. A question
         nobody answers within *deadline* seconds resolves ``unavailable``. With
         *allow_always* its questions offer "always allow" where it can be honoured: a grant on
         the asking session of the rule the question shows (``always_rule``: a command's
-        program and subcommand, or the tool itself), then ``allowed-once``."""
+        program and subcommand, or the tool itself), then ``allowed-once``; the grant lasts
+        *always_for* seconds (None: as long as the session)."""
 
         async def remember(req: ApprovalRequest, by: str | None) -> object:
             if always_offer(req) is None:  # not offered: nothing to remember
                 await trio.lowlevel.checkpoint()
                 return None
             command = always_proposal(req)  # None: the tool itself (what was offered)
-            return await self.remember(req.agent.session, req.tool_name, command=command, by=by)
+            return await self.remember(
+                req.agent.session, req.tool_name, command=command, by=by, expires_in=always_for
+            )
 
         return RemoteAnswerer(
             board=self.board, deadline=deadline, grant=remember if allow_always else None

@@ -80,6 +80,8 @@ class Composition:
     rules: RuleSet = attrs.field(factory=RuleSet)
     permission_deadline: float = DEFAULT_PERMISSION_DEADLINE
     allow_always: bool = False
+    #: How long a grant given by "always allow" lasts (seconds; None: as long as the session).
+    always_for: float | None = None
     remote_answers: bool = False
     max_steps: int = 32
     command_time_limit: float = 30.0
@@ -98,7 +100,7 @@ class Composition:
         name), ``store`` (a file path, ``sqlite:///PATH`` or ``postgresql://…``), ``hooks`` (a
         Claude Code settings file: its ``PreToolUse`` hooks run, its ``permissions`` are
         rules), ``rules`` (a list of rules files, :mod:`broker.rules`), ``permission_deadline``,
-        ``allow_always``,
+        ``allow_always``, ``always_for`` (seconds a grant "always allow" gives lasts),
         ``remote_answers``, ``max_steps``,
         ``command_time_limit``. Relative paths in the file are resolved against the file's
         directory. *default_store* applies when neither the file
@@ -208,6 +210,7 @@ class _Settings:
     rules: list[PathText] = attrs.field(factory=list)
     permission_deadline: Seconds = Seconds(DEFAULT_PERMISSION_DEADLINE)
     allow_always: bool = False
+    always_for: Seconds | None = None
     remote_answers: bool = False
     max_steps: Count = Count(32)
     command_time_limit: Seconds = Seconds(30.0)
@@ -236,6 +239,7 @@ class _Settings:
             rules=self._rules(resolve, source),
             permission_deadline=self.permission_deadline,
             allow_always=self.allow_always,
+            always_for=self.always_for,
             remote_answers=self.remote_answers,
             max_steps=self.max_steps,
             command_time_limit=self.command_time_limit,

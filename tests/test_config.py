@@ -126,8 +126,8 @@ def test_overrides_win_and_default_store_applies_only_when_unnamed(
         (
             "polcy = 1",
             "unexpected keys (polcy): expected only policy, delegation, sandbox, scenario, "
-            "store, hooks, rules, permission_deadline, allow_always, remote_answers, max_steps, "
-            "command_time_limit",
+            "store, hooks, rules, permission_deadline, allow_always, always_for, remote_answers, "
+            "max_steps, command_time_limit",
         ),
     ],
 )
@@ -204,4 +204,15 @@ def test_a_bad_rules_file_names_the_config_and_the_rule(tmp_path: pathlib.Path) 
         match=rf"^config '{config}': rules: rules file {tmp_path / 'rules.toml'}: rule 1: "
         r"tool must be a glob on the tool name, got None",
     ):
+        Composition.load(config)
+
+
+def test_always_for_is_a_setting_in_seconds(tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "broker.toml"
+    config.write_text("allow_always = true\nalways_for = 1800\n")
+    loaded = Composition.load(config)
+    assert (loaded.allow_always, loaded.always_for) == (True, 1800.0)
+    assert Composition.load().always_for is None
+    config.write_text("always_for = 0\n")
+    with pytest.raises(CompositionError, match=r"always_for: expected a finite number of seconds"):
         Composition.load(config)

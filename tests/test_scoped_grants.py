@@ -213,3 +213,52 @@ async def test_always_from_the_board_remembers_the_rule_it_showed() -> None:
 def test_a_rule_with_hidden_characters_is_never_proposed() -> None:
     assert propose_command("git stat\u202eus") is None
     assert propose_command(["git", "status\x1b[2K"]) is None
+
+
+async def test_always_for_makes_the_grant_from_the_board_expire(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_broker() as broker, broker.open_session() as session:
+        remote = broker.remote_answerer(allow_always=True, always_for=1800)
+        async with broker.answerer(remote), session.turn(), trio.open_nursery() as nursery:
+            nursery.start_soon(decide, broker, session, "npm run build")
+            await trio.testing.wait_all_tasks_blocked()
+            [pending] = await broker.pending()
+            await broker.answer(pending.id, "allowed-once", by="alice", always=True)
+        [grant] = broker.grants(session)
+        assert grant.expires_at_ms == grant.at_ms + 1_800_000  # type: ignore[operator]
+        async with session.turn():
+            assert (await decide(broker, session, "npm run x"))[1] is Source.GRANT
+            await trio.sleep(1801)
+            assert (await decide(broker, session, "npm run x"))[1] is Source.NO_ANSWERER
+
+
+def test_the_acp_option_says_for_how_long() -> None:
+    from broker.acp._answerer import always_option
+
+    assert always_option("bash: npm run").name == "Always allow bash: npm run (this session)"
+    assert always_option("bash: npm run", 1800).name == (
+        "Always allow bash: npm run (this session, for 30 min)"
+    )
+    assert always_option("x", 7200).name.endswith("(this session, for 2 h)")
+    assert always_option("x", 90).name.endswith("(this session, for 90 s)")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0), ("1d", 86400.0)],
+)
+def test_durations_are_read_with_their_unit(text: str, seconds: float) -> None:
+    from broker.cli._numbers import duration
+
+    assert duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "-5m", "0", "soon", "inf"])
+def test_a_bad_duration_is_refused_by_name(text: str) -> None:
+    import argparse
+
+    from broker.cli._numbers import duration
+
+    with pytest.raises(argparse.ArgumentTypeError, match=r"duration"):
+        duration(text)

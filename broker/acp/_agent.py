@@ -272,12 +272,16 @@ class AcpAgent:
             broker=self.broker,
             deadline=self.composition.permission_deadline,
             allow_always=self.composition.allow_always,
+            always_for=self.composition.always_for,
             calls=updates.calls,
         )
         if self.composition.remote_answers:
             # The client and anyone on the store's answer board race; the first answer wins
             # and the client's request is withdrawn ($/cancel_request).
-            remote = self.broker.remote_answerer(allow_always=self.composition.allow_always)
+            remote = self.broker.remote_answerer(
+                allow_always=self.composition.allow_always,
+                always_for=self.composition.always_for,
+            )
             await session.start_answerer(first_answer(answerer, remote))
         else:
             await session.start_answerer(answerer)

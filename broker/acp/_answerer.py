@@ -52,9 +52,18 @@ ALLOW_ALWAYS = PermissionOption(
 )
 
 
-def always_option(rule: str) -> PermissionOption:
-    """ "Always allow", naming the rule it remembers for the session (``bash: git status``)."""
-    return attrs.evolve(ALLOW_ALWAYS, name=f"Always allow {printable(rule)} (this session)")
+def always_option(rule: str, lasts: float | None = None) -> PermissionOption:
+    """The "always allow" option, naming the rule it remembers for the session (``bash: git
+    status``) and, when the grant ends before the session, for how long."""
+    scope = "this session" if lasts is None else f"this session, for {_shown_duration(lasts)}"
+    return attrs.evolve(ALLOW_ALWAYS, name=f"Always allow {printable(rule)} ({scope})")
+
+
+def _shown_duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)} {unit}"
+    return f"{seconds:g} s"
 
 
 def describe_tool_call(call: RuntimeToolCall) -> tuple[str, ToolKind]:
@@ -114,6 +123,8 @@ class AcpAnswerer:
     broker: Broker
     deadline: float
     allow_always: bool = False
+    #: How long a grant "always allow" gives lasts (seconds; None: as long as the session).
+    always_for: float | None = None
     calls: Mapping[str, RuntimeToolCall] = attrs.field(factory=dict)
 
     #: What the log calls it (``answerer`` of ``approval/decided``).
@@ -125,7 +136,11 @@ class AcpAnswerer:
         if req.agent is not self.agent or req.call_id is None:
             return await next_()
         offer = always_offer(req) if self.allow_always else None
-        options = (ALLOW_ONCE, REJECT_ONCE, *((always_option(offer),) if offer else ()))
+        options = (
+            ALLOW_ONCE,
+            REJECT_ONCE,
+            *((always_option(offer, self.always_for),) if offer else ()),
+        )
         params = to_wire(
             RequestPermissionRequest(
                 session_id=self.acp_session_id,
@@ -163,7 +178,11 @@ class AcpAnswerer:
             return Outcome.ALLOWED_ONCE
         if offer is not None and outcome.option_id == ALLOW_ALWAYS.option_id:
             await self.broker.remember(
-                req.agent.session, req.tool_name, command=always_proposal(req), by="acp client"
+                req.agent.session,
+                req.tool_name,
+                command=always_proposal(req),
+                by="acp client",
+                expires_in=self.always_for,
             )
             return Outcome.ALLOWED_ONCE
         return Outcome.REJECTED

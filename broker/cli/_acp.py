@@ -28,7 +28,7 @@ from ..hooks import HookSettingsError
 from ..store import redact_dsn
 from ..tools import SandboxUnavailableError
 from ._inbox import port_number, with_inbox
-from ._numbers import positive_seconds
+from ._numbers import duration, positive_seconds
 from ._signals import run_until_signalled
 
 if TYPE_CHECKING:
@@ -94,6 +94,13 @@ def register(sub: _Sub) -> None:
         help="offer and honour an 'Always allow' option (a remembered grant per tool)",
     )
     parser.add_argument(
+        "--always-for",
+        type=duration,
+        metavar="DURATION",
+        help="how long a grant given by 'Always allow' lasts: 90s, 30m, 2h, 1d (default: as "
+        "long as the session); broker grants revoke ends one sooner",
+    )
+    parser.add_argument(
         "--remote-answers",
         action="store_true",
         default=None,
@@ -140,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             rules=args.rules,
             permission_deadline=args.permission_deadline,
             allow_always=args.allow_always,
+            always_for=args.always_for,
             remote_answers=True if args.inbox is not None else args.remote_answers,
         )
     except (CompositionError, ScenarioError, HookSettingsError) as exc:

@@ -38,6 +38,24 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """A duration above 0: seconds (``90``), or with a unit (``90s``, ``30m``, ``2h``, ``1d``)."""
+    unit = _UNITS.get(text[-1:].lower()) if text else None
+    number = text[:-1] if unit is not None else text
+    try:
+        value = float(number) * (unit or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 90s, 30m, 2h or 1d, got {text!r}"
+        ) from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a duration above 0, got {text!r}")
+    return value
+
+
 def fraction(text: str) -> float:
     """A probability: a number from 0 to 1."""
     try:
