@@ -58,19 +58,17 @@ class AnswererHandle:
     _registry: list[AnswererHandle]
     _inflight: set[Flight] = attrs.field(factory=set, init=False)
     _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    # What the log calls it, worked out once (read by every question it answers).
+    _name: str | None = attrs.field(default=None, init=False)
 
     @property
     def name(self) -> str:
         """What the log calls this answerer (``answerer`` of ``approval/decided``): the
         ``answerer_name`` attribute of the function (or of the object whose method it is)
         when it has one (``"acp"``, ``"board"``...), else its qualified name."""
-        fn = self.fn
-        # On the function, or on the object whose bound method it is.
-        for holder in (fn, getattr(fn, "__self__", None)):
-            named = getattr(holder, "answerer_name", None)
-            if isinstance(named, str):
-                return named
-        return getattr(fn, "__qualname__", None) or type(fn).__name__
+        if self._name is None:
+            self._name = _name_of(self.fn)
+        return self._name
 
     def __repr__(self) -> str:
         name = self.name
@@ -143,6 +141,15 @@ class AnswererHandle:
         if decider is before or decider is None or decider[1] is not outcome:
             flight.decider = (self.name, outcome, source)
         return outcome
+
+
+def _name_of(fn: AnswerFn) -> str:
+    # On the function, or on the object whose bound method it is.
+    for holder in (fn, getattr(fn, "__self__", None)):
+        named = getattr(holder, "answerer_name", None)
+        if isinstance(named, str):
+            return named
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 def _order(handle: AnswererHandle) -> int:

@@ -19,7 +19,7 @@ from ._events import ApprovalGrant, ApprovalPolicy, ApprovalRevoke, Event
 from ._grants import grant_allowing
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from ._agent import Agent
@@ -61,11 +61,12 @@ class PolicyAndGrants:
         return self.host.policy if override is None else override
 
     def grant_covering(
-        self, tool_name: str, arguments: Mapping[str, Any] | None, now_ms: int
+        self, tool_name: str, arguments: Mapping[str, Any] | None, clock: Callable[[], int]
     ) -> tuple[str | None, tuple[Grant, ...]]:
         """The grant that allows this call here or on a live ancestor — its id, or the tool's
         name for the seed's id-less grant — or None; and this session's grants found expired
-        (the caller records their expiry). An expired grant covers nothing."""
+        (the caller records their expiry). An expired grant covers nothing. *clock* (ms) is
+        read only when a grant with an id is held: an idle question pays nothing for it."""
         expired: tuple[Grant, ...] = ()
         session: PolicyAndGrants | None = self
         while session is not None and (session is self or session.is_open):
@@ -73,6 +74,7 @@ class PolicyAndGrants:
             if tool_name in state.grants:
                 return tool_name, expired
             if state.granted:
+                now_ms = clock()
                 live = [g for g in state.granted if not g.expired(now_ms)]
                 if session is self and len(live) != len(state.granted):
                     expired = tuple(g for g in state.granted if g.expired(now_ms))

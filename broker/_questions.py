@@ -30,7 +30,7 @@ from ._vocabulary import Outcome, Policy, Source
 from .rules import RuleDecision
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from ._agent import Agent
@@ -140,7 +140,7 @@ class Asker(Protocol):
     def rules(self) -> RuleSet: ...
     def is_granted(self, tool_name: str) -> bool: ...
     def grant_covering(
-        self, tool_name: str, arguments: Mapping[str, Any] | None, now_ms: int
+        self, tool_name: str, arguments: Mapping[str, Any] | None, clock: Callable[[], int]
     ) -> tuple[str | None, tuple[Grant, ...]]: ...
     def answerer_chain(self) -> list[AnswererHandle]: ...
     def require_open(self, parameter: str = "session", action: str = "use") -> None: ...
@@ -330,9 +330,7 @@ class Questions:
                 return _Settled(
                     Outcome.ALLOWED_ONCE, Source.RULE, remembered=True, rule=verdict.rule
                 )
-        grant, expired = session.grant_covering(
-            req.tool_name, req.arguments, self._log.host.now_ms()
-        )
+        grant, expired = session.grant_covering(req.tool_name, req.arguments, self._log.host.now_ms)
         if expired:
             self._expired = expired
         if grant is not None:
