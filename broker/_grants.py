@@ -14,6 +14,7 @@ person who chose exactly that should give (:func:`propose_command` never propose
 
 from __future__ import annotations
 
+import functools
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -111,12 +112,11 @@ def grant_allowing(
 ) -> Grant | None:
     """The first of *grants* that allows this call (a grant on a command: as an allow rule
     with that prefix), or None."""
-    by_rule: dict[Rule, Grant] = {}
-    for n, grant in enumerate(grants, start=1):
-        by_rule[grant_rule(grant, n)] = grant
-    if not by_rule:
+    held = tuple(grants)
+    if not held:
         return None
-    verdict = RuleSet(by_rule).decide(tool_name, arguments)
+    rules, by_rule = _as_rules(held)
+    verdict = rules.decide(tool_name, arguments)
     if verdict.decision is not RuleDecision.ALLOW or verdict.rule is None:
         return None
     return by_rule[verdict.rule]
@@ -142,6 +142,14 @@ def always_offer(req: ApprovalRequest) -> str | None:
         proposal = propose_command(arguments["command"])
         return None if proposal is None else f"{req.tool_name}: {proposal}"
     return req.tool_name
+
+
+@functools.lru_cache(maxsize=256)
+def _as_rules(grants: tuple[Grant, ...]) -> tuple[RuleSet, dict[Rule, Grant]]:
+    """*grants* as a rule set, made once per set of grants (not on every question they decide):
+    grants are values, so the same grants give the same rules."""
+    by_rule = {grant_rule(grant, n): grant for n, grant in enumerate(grants, start=1)}
+    return RuleSet(by_rule), by_rule
 
 
 def propose_command(command: object) -> str | None:

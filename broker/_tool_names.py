@@ -7,7 +7,7 @@ Code user's file works unchanged.
 
 from __future__ import annotations
 
-__all__ = ["CLAUDE_CODE_TOOLS", "claude_code_name", "our_name", "tool_aliases"]
+__all__ = ["CLAUDE_CODE_TOOLS", "claude_code_name", "tool_aliases"]
 
 CLAUDE_CODE_TOOLS: dict[str, str] = {
     "bash": "Bash",
@@ -32,12 +32,6 @@ _OUR_NAMES = {claude: ours for ours, claude in CLAUDE_CODE_TOOLS.items()}
 def claude_code_name(tool_name: str) -> str:
     """Claude Code's name for *tool_name* (``bash`` -> ``Bash``); unknown names unchanged."""
     return CLAUDE_CODE_TOOLS.get(tool_name, tool_name)
-
-
-def our_name(tool_name: str) -> str:
-    """This project's name for Claude Code's *tool_name* (``Bash`` -> ``bash``); unknown names
-    unchanged."""
-    return _OUR_NAMES.get(tool_name, tool_name)
 
 
 def tool_aliases(tool_name: str) -> tuple[str, ...]:

@@ -8,11 +8,13 @@ import pytest
 import trio
 
 from broker import ApprovalAsked, Broker, Outcome, Session, open_broker
+from broker.rules import Layer, Rule, RuleDecision, RuleOrigin
 from broker.testing import ScriptedAnswerer
 from broker.tools import (
     ESCALATION_HINT,
     BashTool,
     BubblewrapExecutor,
+    CallContext,
     CommandLimits,
     PlainExecutor,
     SandboxMode,
@@ -140,6 +142,33 @@ async def test_never_policy_escalation_text(
     assert result.output == (
         'Error: escalating this command to "workspace-write" was rejected automatically: '
         "approval prompts are disabled in this session"
+    )
+    assert list(workspace.iterdir()) == []
+
+
+async def test_a_deny_rule_escalation_text(
+    executor: BubblewrapExecutor, workspace: pathlib.Path
+) -> None:
+    origin = RuleOrigin(layer=Layer.MANAGED, file="/etc/broker/rules.toml", index=3)
+    rule = Rule.build(
+        decision=RuleDecision.DENY, tools=("bash",), origin=origin, reason="no wider sandbox here"
+    )
+    async with open_broker(rules=[rule]) as broker, broker.open_session() as session:
+        bash = BashTool(executor=executor, workspace=workspace)
+        runtime = ToolRuntime(tools=[bash], approval=broker)
+        async with session.turn():
+            # Through the runtime, the deny rule holds for the call itself, before any escalation.
+            through_runtime = await runtime.execute(escalate(), agent=session.agent)
+            # A tool run on its own still asks about the escalation, and the rule refuses it.
+            ctx = CallContext(agent=session.agent, approval=broker)
+            alone = await bash.run(escalate(), ctx)
+    assert through_runtime.output == (
+        'Error: tool "bash" was denied by managed rule 3 of /etc/broker/rules.toml: '
+        "no wider sandbox here"
+    )
+    assert alone.output == (
+        'Error: escalating this command to "workspace-write" was denied by managed rule 3 of '
+        "/etc/broker/rules.toml: no wider sandbox here"
     )
     assert list(workspace.iterdir()) == []
 

@@ -18,6 +18,9 @@ import enum
 import json
 from typing import Any, Final
 
+# One encoder of JSON lines for ACP and MCP alike: compact, lone surrogates escaped.
+from .._framing import encode_line as encode
+
 __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
@@ -152,16 +155,6 @@ def classify(message: dict[str, Any]) -> Kind:
     if "id" in message and ("result" in message or "error" in message):
         return Kind.RESPONSE
     raise FrameError("neither a request, a notification nor a response")
-
-
-def encode(message: dict[str, Any]) -> bytes:
-    """One line: compact JSON, newline-terminated (lone surrogates escaped)."""
-    try:
-        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return (text + "\n").encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-        return (text + "\n").encode("ascii")
 
 
 def error_response(request_id: object, code: int, message: str) -> bytes:

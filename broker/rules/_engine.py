@@ -30,7 +30,7 @@ import attrs
 
 from .._tool_names import tool_aliases
 from .._vocabulary import Outcome
-from ._model import Layer, Rule, RuleDecision
+from ._model import Rule, RuleDecision
 from ._shell import CommandPart, ParsedCommand, parse_command
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
 # larger than it misses every time and costs only the parse it would have cost anyway.
 _PARSED: dict[str, ParsedCommand] = {}
 _PARSED_LIMIT = 256
+_PARSED_LONGEST = 4096
 _CACHE_LIMIT = 4096
 
 
@@ -90,6 +91,8 @@ def command_of(arguments: Mapping[str, Any] | None) -> ParsedCommand | None:
         parsed = _PARSED.get(command)
         if parsed is None:
             parsed = parse_command(command)
+            if len(command) > _PARSED_LONGEST:
+                return parsed  # a model's megabyte line is not kept alive by the cache
             if len(_PARSED) >= _PARSED_LIMIT:
                 _PARSED.clear()  # bounded; a working set larger than it is simply parsed
             _PARSED[command] = parsed
@@ -165,10 +168,6 @@ class RuleSet:
 
     def __or__(self, other: RuleSet) -> RuleSet:
         return RuleSet((*self.rules, *other.rules))
-
-    def layers(self) -> set[Layer]:
-        """The layers the rules come from."""
-        return {r.origin.layer for r in self.rules}
 
     def _view(self, tool_name: str) -> _ToolView:
         view = self._cache.get(tool_name)

@@ -17,16 +17,11 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["GlobError", "has_magic", "name_glob", "path_glob"]
+__all__ = ["GlobError", "name_glob", "path_glob"]
 
 
 class GlobError(ValueError):
     """A glob pattern that cannot be used; the message says what is wrong with it."""
-
-
-def has_magic(pattern: str) -> bool:
-    """Whether *pattern* holds a wildcard (``*``, ``?`` or ``[``)."""
-    return any(c in pattern for c in "*?[")
 
 
 def _bracket(pattern: str, i: int, *, in_path: bool) -> tuple[str, int]:
