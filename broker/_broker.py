@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -22,7 +23,7 @@ from ._collapse import collapse_single
 from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from ._errors import BrokerClosedError, ResumeError
 from ._factory_made import FactoryMade
-from ._grants import always_offer, always_proposal, new_grant
+from ._grants import GrantScope, always_offer, always_proposal, new_grant
 from ._projection import Grant
 from ._questions import Decision
 from ._remote import RemoteAnswerer
@@ -31,7 +32,7 @@ from ._resume import check_resume_id, take_for_resume
 from ._session import Session
 from ._texts import DELEGATION_STATEMENT, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
-from .rules import Rule, RuleSet
+from .rules import Rule, RuleSet, remember_in_file
 from .store import (
     AnswerBoard,
     GrantRevocation,
@@ -109,6 +110,9 @@ class Broker(metaclass=FactoryMade):
     #: Host interface: the deployment's rules, read by every question (immutable; replace
     #: the whole set with :meth:`set_rules`).
     rules: RuleSet = attrs.field(factory=RuleSet)
+    #: The project rules file an answer "always, for the project" appends its rule to (None:
+    #: that scope is not offered); set by ``open_broker(project_rules=...)``.
+    project_rules: str | None = None
     _sessions: dict[str, Session] = attrs.field(factory=dict, init=False)
     #: Host interface: the answerers that see every question, in registration order (an
     #: attribute, read on every question; written only by :meth:`register_answerer`).
@@ -153,9 +157,17 @@ class Broker(metaclass=FactoryMade):
         return tuple(self._sessions.values())
 
     async def start_session(
-        self, parent: Session | None = None, *, resume: str | None = None
+        self,
+        parent: Session | None = None,
+        *,
+        resume: str | None = None,
+        session_id: str | None = None,
     ) -> Session:
         """Open a session whose actor lives in the broker's nursery until it is closed.
+
+        ``session_id`` names a new session (a UUID string, e.g. ``uuid5`` of an outside
+        agent's own session id, so a service maps that agent's sessions onto the log) instead
+        of a fresh ``uuid4``; the store refuses an id it holds already (resume that one).
 
         ``resume=SESSION_ID`` reopens a session the store holds instead of minting a new one:
         the same id and parent link, its policy override, grants and delegation pin restored
@@ -183,7 +195,14 @@ class Broker(metaclass=FactoryMade):
             return await self._resume(resume)
         if parent is not None:
             self._check_session(parent, "parent")
-        session = Session._create(id=str(uuid.uuid4()), parent=parent, host=self)
+        if session_id is not None:
+            session_id = _check_new_id(session_id)
+            if session_id in self._sessions or session_id in self._resuming:
+                raise ValueError(
+                    f"session_id {session_id!r} is open in this broker already: use its Session"
+                )
+        new_id = session_id if session_id is not None else str(uuid.uuid4())
+        session = Session._create(id=new_id, parent=parent, host=self)
         return await self._launch(session, create=True)
 
     async def _launch(self, session: Session, *, create: bool) -> Session:
@@ -248,15 +267,19 @@ class Broker(metaclass=FactoryMade):
 
     @asynccontextmanager
     async def open_session(
-        self, parent: Session | None = None, *, resume: str | None = None
+        self,
+        parent: Session | None = None,
+        *,
+        resume: str | None = None,
+        session_id: str | None = None,
     ) -> AsyncIterator[Session]:
         """``async with broker.open_session() as session:`` — closed when the block exits.
 
-        ``resume=SESSION_ID`` reopens a stored session (see :meth:`start_session`). The block's
-        own exception leaves as itself. Cancellation: the close at the end is shielded and
-        bounded (see :meth:`Session.aclose`).
+        ``resume=SESSION_ID`` reopens a stored session, ``session_id=`` names a new one (see
+        :meth:`start_session`). The block's own exception leaves as itself. Cancellation: the
+        close at the end is shielded and bounded (see :meth:`Session.aclose`).
         """
-        session = await self.start_session(parent, resume=resume)
+        session = await self.start_session(parent, resume=resume, session_id=session_id)
         try:
             yield session
         finally:
@@ -403,17 +426,31 @@ class Broker(metaclass=FactoryMade):
         program and subcommand, or the tool itself), then ``allowed-once``; the grant lasts
         *always_for* seconds (None: as long as the session)."""
 
-        async def remember(req: ApprovalRequest, by: str | None) -> object:
+        async def remember(req: ApprovalRequest, answer: RemoteAnswer) -> object:
             if always_offer(req) is None:  # not offered: nothing to remember
                 await trio.lowlevel.checkpoint()
                 return None
             command = always_proposal(req)  # None: the tool itself (what was offered)
+            if answer.project:
+                scope: GrantScope = "project"
+                lasts = None
+            else:
+                scope = "session"
+                lasts = always_for if answer.always_for_ms is None else answer.always_for_ms / 1000
             return await self.remember(
-                req.agent.session, req.tool_name, command=command, by=by, expires_in=always_for
+                req.agent.session,
+                req.tool_name,
+                command=command,
+                by=answer.by,
+                expires_in=lasts,
+                scope=scope,
             )
 
         return RemoteAnswerer(
-            board=self.board, deadline=deadline, grant=remember if allow_always else None
+            board=self.board,
+            deadline=deadline,
+            grant=remember if allow_always else None,
+            project_rules=self.project_rules if allow_always else None,
         )
 
     async def answer(
@@ -423,6 +460,8 @@ class Broker(metaclass=FactoryMade):
         *,
         by: str | None = None,
         always: bool = False,
+        always_for: float | None = None,
+        project: bool = False,
     ) -> RemoteAnswer:
         """Answer a question waiting on :attr:`board`: ``allowed-once`` or ``rejected``.
 
@@ -430,12 +469,16 @@ class Broker(metaclass=FactoryMade):
         recorded when the question was answered already or is settled (abort, deadline, a
         local answerer), :class:`~broker.store.UnknownQuestionError` an id never put up.
         The asking broker still decides: a question withdrawn before it read the answer
-        settles ``cancelled``. *always* (with ``allowed-once``) also remembers the tool on the
-        asking session, where the question offers it. Cancellation: the answer may or may not
-        have been stored.
+        settles ``cancelled``. *always* (with ``allowed-once``) also remembers the rule the
+        question shows (``always_rule``) on the asking session, where the question offers it:
+        for *always_for* seconds (None: the asker's default), or with *project* in the
+        project's rules file as well (where the question names one: ``project_rules``).
+        Cancellation: the answer may or may not have been stored.
         """
         value = check_answer(outcome, by)
-        return await self.board.answer(question_id, value, by, always=always)
+        return await self.board.answer(
+            question_id, value, by, always=always, always_for=always_for, project=project
+        )
 
     async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:
         """The questions waiting on :attr:`board` (of *session_id*, if given), oldest first.
@@ -536,17 +579,57 @@ class Broker(metaclass=FactoryMade):
         command: str | None = None,
         by: str | None = None,
         expires_in: float | None = None,
+        scope: GrantScope = "session",
     ) -> Grant:
         """Grant *tool_name* on *session* (and its live descendants) — only commands that start
         with *command* when given (an allow rule of the session layer), the whole tool when
         not — until *expires_in* seconds pass (None: as long as the session), recorded as
         given *by*. Returns the grant; its id revokes it (:meth:`revoke`). Allowed outside a
-        turn. Cancellation: the grant may still land.
+        turn.
+
+        With ``scope="project"`` the rule is also appended to :attr:`project_rules` (an allow
+        rule of the project layer, loaded back before the file is replaced) and added to
+        :attr:`rules`, so every session of this broker, and every later one that loads the
+        file, is covered; such a grant has no expiry, and revoking it ends it for *session*
+        only (the rule stays in the file until someone removes it). ``ValueError`` when no
+        project rules file is set. Cancellation: the file is written to the end; the grant may
+        still land.
         """
         target = self._check_session(session, "session")
+        if scope not in ("session", "project"):
+            raise ValueError(
+                f'scope must be "session" or "project", got {scope!r}: "project" also writes '
+                "the rule to the project rules file"
+            )
+        rule_file = None
+        if scope == "project":
+            if self.project_rules is None:
+                raise ValueError(
+                    'scope="project" needs a project rules file: open the broker with '
+                    "open_broker(project_rules=PATH)"
+                )
+            if expires_in is not None:
+                raise ValueError(
+                    'expires_in must be None with scope="project": a rule in a file has no '
+                    "end; remember for the session to give one"
+                )
+            rule_file = self.project_rules
         grant = new_grant(
-            tool_name, command=command, by=by, now_ms=self.now_ms(), expires_in=expires_in
+            tool_name,
+            command=command,
+            by=by,
+            now_ms=self.now_ms(),
+            expires_in=expires_in,
+            rule_file=rule_file,
         )
+        if rule_file is not None:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((grant.at_ms or 0) / 1000))
+            rule = await trio.to_thread.run_sync(
+                functools.partial(
+                    remember_in_file, rule_file, tool=tool_name, command=command, by=by, at=stamp
+                )
+            )
+            self.rules = self.rules | RuleSet((rule,))
         await target.add_grant(grant)
         return grant
 
@@ -609,6 +692,29 @@ class Broker(metaclass=FactoryMade):
         self._nursery.cancel_scope.cancel(reason="broker closed")
 
 
+def _check_new_id(session_id: object) -> str:
+    if isinstance(session_id, str):
+        try:
+            return str(uuid.UUID(session_id))
+        except ValueError:
+            pass
+    raise ValueError(
+        f"session_id must be a UUID string, got {session_id!r}: derive one, e.g. "
+        "str(uuid.uuid5(namespace, your_agent_session_id))"
+    )
+
+
+def _check_project_rules(path: object) -> str | None:
+    if path is None:
+        return None
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+        raise TypeError(
+            f"project_rules must be a path (str or os.PathLike) or None, got {path!r}: name "
+            "the project's rules file, e.g. '.broker/rules.toml'"
+        )
+    return os.fspath(path)
+
+
 def _check_rules(rules: object) -> RuleSet:
     if rules is None:
         return RuleSet()
@@ -640,6 +746,7 @@ async def open_broker(
     delegation: Delegation | str = Delegation.PIN_NEVER,
     settle_grace: float = 5.0,
     rules: RuleSet | Iterable[Rule] | None = None,
+    project_rules: str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[Broker]:
     """Run an approval service for the duration of the block.
 
@@ -668,11 +775,13 @@ async def open_broker(
     mode = _parse_delegation(delegation)
     grace = _check_grace(settle_grace)
     rule_set = _check_rules(rules)
+    project_file = _check_project_rules(project_rules)
     if isinstance(store, str | os.PathLike):
         parse_store_url(store)  # a bad URL is refused before anything starts
     with collapse_single():
         async with _run_broker(default, store, mode, grace) as broker:
             broker.rules = rule_set
+            broker.project_rules = project_file
             yield broker
 
 
@@ -713,6 +822,7 @@ async def serve_broker(
     delegation: Delegation | str = Delegation.PIN_NEVER,
     settle_grace: float = 5.0,
     rules: RuleSet | Iterable[Rule] | None = None,
+    project_rules: str | os.PathLike[str] | None = None,
     task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """``broker = await nursery.start(serve_broker)``: the service as a task.
@@ -725,6 +835,7 @@ async def serve_broker(
         delegation=delegation,
         settle_grace=settle_grace,
         rules=rules,
+        project_rules=project_rules,
     ) as broker:
         task_status.started(broker)
         await trio.sleep_forever()

@@ -82,6 +82,9 @@ class Composition:
     allow_always: bool = False
     #: How long a grant given by "always allow" lasts (seconds; None: as long as the session).
     always_for: float | None = None
+    #: The project rules file "always allow, in this project" appends to (its rules, when it
+    #: exists, are in ``rules``).
+    project_rules: pathlib.Path | None = None
     remote_answers: bool = False
     max_steps: int = 32
     command_time_limit: float = 30.0
@@ -101,7 +104,8 @@ class Composition:
         Claude Code settings file: its ``PreToolUse`` hooks run, its ``permissions`` are
         rules), ``rules`` (a list of rules files, :mod:`broker.rules`), ``permission_deadline``,
         ``allow_always``, ``always_for`` (seconds a grant "always allow" gives lasts),
-        ``remote_answers``, ``max_steps``,
+        ``project_rules`` (the project's rules file: read as rules when it exists, and where
+        "always allow, in this project" writes), ``remote_answers``, ``max_steps``,
         ``command_time_limit``. Relative paths in the file are resolved against the file's
         directory. *default_store* applies when neither the file
         nor the overrides name a store (``":memory:"`` names none).
@@ -211,6 +215,7 @@ class _Settings:
     permission_deadline: Seconds = Seconds(DEFAULT_PERMISSION_DEADLINE)
     allow_always: bool = False
     always_for: Seconds | None = None
+    project_rules: PathText | None = None
     remote_answers: bool = False
     max_steps: Count = Count(32)
     command_time_limit: Seconds = Seconds(30.0)
@@ -240,6 +245,7 @@ class _Settings:
             permission_deadline=self.permission_deadline,
             allow_always=self.allow_always,
             always_for=self.always_for,
+            project_rules=resolve(self.project_rules) if self.project_rules else None,
             remote_answers=self.remote_answers,
             max_steps=self.max_steps,
             command_time_limit=self.command_time_limit,
@@ -250,6 +256,9 @@ class _Settings:
         try:
             for file in self.rules:
                 rules.extend(load_rules(resolve(file), Layer.PROJECT))
+            project = resolve(self.project_rules) if self.project_rules else None
+            if project is not None and project.exists() and self.project_rules not in self.rules:
+                rules.extend(load_rules(project, Layer.PROJECT))
             if self.hooks:
                 rules.extend(claude_code_permissions(resolve(self.hooks)))
         except RulesFileError as exc:

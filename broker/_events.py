@@ -122,7 +122,9 @@ class ApprovalGrant(Event):
     The seed's grant is ``{toolName}`` alone: the whole tool, no id. Beyond: a grant given by
     a person or a program has an ``id`` (revocable by it), ``command`` (the command prefix it
     covers; absent: the whole tool), ``by`` (who gave it), ``at_ms`` (when, ms since the epoch)
-    and ``expires_at_ms`` (when it stops covering questions; absent: with the session).
+    and ``expires_at_ms`` (when it stops covering questions; absent: with the session);
+    ``rule_file`` the project rules file the answer was also remembered in, as a rule (absent:
+    this session only).
     """
 
     TYPE: ClassVar[str] = "approval/grant"
@@ -132,6 +134,7 @@ class ApprovalGrant(Event):
     by: str | None = None
     at_ms: int | None = None
     expires_at_ms: int | None = None
+    rule_file: str | None = None
 
 
 @attrs.frozen(kw_only=True)

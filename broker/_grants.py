@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._projection import Grant
 from .rules import Layer, Rule, RuleDecision, RuleOrigin, RuleSet, parse_command, split_words
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INTERPRETERS",
     "NEEDS_SUBCOMMAND",
+    "GrantScope",
     "always_offer",
     "always_proposal",
     "grant_allowing",
@@ -36,6 +37,10 @@ __all__ = [
     "new_grant",
     "propose_command",
 ]
+
+#: Where an "always" answer is remembered: this session (a grant), or also the project's rules
+#: file (a rule every later session loads).
+GrantScope = Literal["session", "project"]
 
 #: Programs that run whatever they are given: a prefix of one alone would allow anything.
 INTERPRETERS = frozenset(
@@ -62,9 +67,11 @@ def new_grant(
     by: str | None,
     now_ms: int,
     expires_in: float | None,
+    rule_file: str | None = None,
 ) -> Grant:
     """A grant with a fresh id (``g-`` and 16 hex digits). *command* must be one simple
-    command (a prefix), *expires_in* a positive number of seconds or None."""
+    command (a prefix), *expires_in* a positive number of seconds or None; *rule_file* the
+    project rules file it was also remembered in."""
     if not isinstance(tool_name, str) or not tool_name.strip():
         raise ValueError(
             f"tool_name must be a non-empty string, got {tool_name!r}: name the tool the "
@@ -90,6 +97,7 @@ def new_grant(
         by=by,
         at_ms=now_ms,
         expires_at_ms=expires_at_ms,
+        rule_file=rule_file,
     )
 
 

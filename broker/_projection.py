@@ -31,7 +31,8 @@ __all__ = ["EMPTY_STATE", "ApprovalState", "Grant", "fold", "fold_all"]
 class Grant:
     """A grant with an id (``approval/grant`` Beyond): ``tool_name`` and, when ``command`` is
     set, only commands starting with it; given ``by`` whom, ``at_ms``, until
-    ``expires_at_ms`` (``None``: as long as the session)."""
+    ``expires_at_ms`` (``None``: as long as the session); remembered also as a rule in the
+    project rules file ``rule_file`` when set."""
 
     id: str
     tool_name: str
@@ -39,6 +40,7 @@ class Grant:
     by: str | None = None
     at_ms: int | None = None
     expires_at_ms: int | None = None
+    rule_file: str | None = None
 
     def expired(self, now_ms: int) -> bool:
         """Whether its expiry has passed at *now_ms*."""

@@ -42,7 +42,7 @@ from ._decision import Answer
 from ._grants import always_offer
 from ._request import current_question
 from ._vocabulary import Outcome
-from .store import PendingQuestion
+from .store import PendingQuestion, RemoteAnswer
 
 if TYPE_CHECKING:
     from ._answerers import AnswerNext
@@ -79,8 +79,11 @@ class RemoteAnswerer:
     board: AnswerBoard
     owner: str = attrs.field(factory=process_owner)
     deadline: float | None = attrs.field(default=None, validator=_check_deadline)
-    #: Remembers "always allow" for a request (given who answered), when offered.
-    grant: Callable[[ApprovalRequest, str | None], Awaitable[object]] | None = None
+    #: Remembers "always allow" for a request (given the answer: who, for how long, in which
+    #: scope), when offered.
+    grant: Callable[[ApprovalRequest, RemoteAnswer], Awaitable[object]] | None = None
+    #: The project rules file "always, for the project" appends to (None: not offered).
+    project_rules: str | None = None
 
     #: What the log calls it (``answerer`` of ``approval/decided``).
     answerer_name: ClassVar[str] = "board"
@@ -106,6 +109,7 @@ class RemoteAnswerer:
             deadline_ms=deadline_ms,
             offers_always=offer is not None,
             always_rule=offer,
+            project_rules=self.project_rules if offer is not None else None,
         )
         # Registered before publishing: whatever happens from here, the board learns the end.
         question.hooks.append(lambda outcome: self.board.retire(question.id, outcome))
@@ -114,6 +118,6 @@ class RemoteAnswerer:
         with trio.move_on_after(self.deadline if self.deadline is not None else math.inf):
             answer = await self.board.wait_answer(question.id)
             if answer.always and self.grant is not None:
-                await self.grant(req, answer.by)  # remembered before the allow is recorded
+                await self.grant(req, answer)  # remembered before the allow is recorded
             return Answer(outcome=answer.outcome, by=answer.by)
         return Answer(outcome=Outcome.UNAVAILABLE, expired=True)  # the deadline, not a "no"

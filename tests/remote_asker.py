@@ -2,6 +2,7 @@
 through its remote answerer and prints what it decided.
 
 Usage: python -m tests.remote_asker STORE [--abort-on-stdin] [--reason TEXT] [--allow-always]
+       [--command TEXT] [--project-rules FILE]
 
 Prints one JSON line ``{"session": ID}`` once the session is open, then ``{"outcome": ...,
 "answeredBy": ..., "id": ...}`` once the question is decided. With ``--abort-on-stdin`` a line
@@ -18,9 +19,16 @@ import trio
 from broker import AbortSignal, ApprovalRequest, open_broker
 
 
-async def main(store: str, abort_on_stdin: bool, reason: str, always: bool) -> None:
+async def main(
+    store: str,
+    abort_on_stdin: bool,
+    reason: str,
+    always: bool,
+    command: str | None,
+    project_rules: str | None,
+) -> None:
     signal = AbortSignal()
-    async with open_broker(store=store) as broker:
+    async with open_broker(store=store, project_rules=project_rules) as broker:
         remote = broker.remote_answerer(allow_always=always)
         async with broker.answerer(remote), broker.open_session() as session:
             print(json.dumps({"session": session.id}), flush=True)  # noqa: T201
@@ -39,6 +47,7 @@ async def main(store: str, abort_on_stdin: bool, reason: str, always: bool) -> N
                     reason=reason,
                     display_reason="delete the build directory",
                     signal=signal,
+                    arguments=None if command is None else {"command": command},
                 )
                 decision = await broker.request_decision(request)
                 nursery.cancel_scope.cancel()
@@ -56,5 +65,16 @@ async def main(store: str, abort_on_stdin: bool, reason: str, always: bool) -> N
 
 if __name__ == "__main__":
     extra = sys.argv[2:]
-    given = extra[extra.index("--reason") + 1] if "--reason" in extra else "rm -rf build"
-    trio.run(main, sys.argv[1], "--abort-on-stdin" in extra, given, "--allow-always" in extra)
+
+    def option(name: str) -> str | None:
+        return extra[extra.index(name) + 1] if name in extra else None
+
+    trio.run(
+        main,
+        sys.argv[1],
+        "--abort-on-stdin" in extra,
+        option("--reason") or "rm -rf build",
+        "--allow-always" in extra,
+        option("--command"),
+        option("--project-rules"),
+    )

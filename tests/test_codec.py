@@ -160,7 +160,7 @@ def _has_null(value: object) -> bool:
         (
             '{"type":"approval/grant","data":{"toolName":"bash","tool":"x"}}',
             r"^malformed 'approval/grant' event: unexpected keys \(tool\): expected only toolName, "
-            r"id, command, by, atMs, expiresAtMs @ \$$",
+            r"id, command, by, atMs, expiresAtMs, ruleFile @ \$$",
         ),
         (
             '{"type":"approval/decided","data":{"id":"x","outcome":"allowed"}}',

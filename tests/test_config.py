@@ -126,7 +126,8 @@ def test_overrides_win_and_default_store_applies_only_when_unnamed(
         (
             "polcy = 1",
             "unexpected keys (polcy): expected only policy, delegation, sandbox, scenario, "
-            "store, hooks, rules, permission_deadline, allow_always, always_for, remote_answers, "
+            "store, hooks, rules, permission_deadline, allow_always, always_for, project_rules, "
+            "remote_answers, "
             "max_steps, command_time_limit",
         ),
     ],

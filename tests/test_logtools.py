@@ -493,7 +493,7 @@ async def test_import_stores_canonical_lines_and_accepts_a_pending_tail(tmp_path
             ['{"type":"approval/grant","data":{"toolName":"x","extra":1}}'],
             3,
             "malformed 'approval/grant' event: unexpected keys (extra): expected only toolName, "
-            "id, command, by, atMs, expiresAtMs @ $",
+            "id, command, by, atMs, expiresAtMs, ruleFile @ $",
         ),
         ([""], 3, "empty line (expected one JSON event per line)"),
         (

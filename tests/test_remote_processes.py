@@ -310,6 +310,43 @@ def test_always_from_the_cli_remembers_the_tool_where_offered(store: str) -> Non
         assert decision_of(b)["outcome"] == "rejected"
 
 
+def test_always_from_the_cli_for_a_while_or_for_the_project(
+    store: str, tmp_path: pathlib.Path
+) -> None:
+    rules = tmp_path / "project" / "rules.toml"
+    with asker(store, "--allow-always", "--command", "npm run build") as a:
+        (row,) = wait_pending(store)
+        misused = broker("answer", store, row["id"], "allow", "--for", "30m")
+        assert misused.returncode == 2
+        assert "--for and --project qualify an always answer" in misused.stderr
+        answered = broker("answer", store, row["id"], "always", "--for", "30m", "--by", "al")
+        assert answered.returncode == 0, answered.stderr
+        assert decision_of(a)["outcome"] == "allowed-once"
+    timeline = broker("log", "show", store, row["session"]).stdout
+    assert "grant   tool bash command 'npm run'" in timeline
+    assert " until 20" in timeline  # the grant ends: its expiry is in the log
+    flags = ("--allow-always", "--command", "npm run build", "--project-rules", str(rules))
+    with asker(store, *flags) as b:
+        (row,) = wait_pending(store)
+        listed = json.loads(broker("pending", store, "--json").stdout)
+        assert (listed[0]["always"], listed[0]["projectRules"]) == ("bash: npm run", str(rules))
+        both = broker("answer", store, row["id"], "always", "--for", "1h", "--project")
+        assert both.returncode == 2  # one or the other
+        answered = broker("answer", store, row["id"], "always", "--project", "--by", "al")
+        assert answered.returncode == 0, answered.stderr
+        assert decision_of(b)["outcome"] == "allowed-once"
+    assert 'command = "npm run"' in rules.read_text()
+    timeline = broker("log", "show", store, row["session"]).stdout
+    assert f"remembered in {rules}" in timeline
+    with asker(store, "--allow-always", "--command", "npm run x") as c:  # no project file
+        (row,) = wait_pending(store)
+        refused = broker("answer", store, row["id"], "always", "--project")
+        assert refused.returncode == 2
+        assert "does not offer always-allow for the project" in refused.stderr
+        assert broker("answer", store, row["id"], "reject").returncode == 0
+        assert decision_of(c)["outcome"] == "rejected"
+
+
 def test_an_answer_after_a_takeover_is_refused_naming_what_recovery_recorded(
     postgres_dsn: str,
 ) -> None:

@@ -37,7 +37,14 @@ if TYPE_CHECKING:
     from ..tools import ToolCall as RuntimeToolCall
     from ._jsonrpc import JsonRpcConnection
 
-__all__ = ["ALLOW_ALWAYS", "ALLOW_ONCE", "REJECT_ONCE", "AcpAnswerer", "describe_tool_call"]
+__all__ = [
+    "ALLOW_ALWAYS",
+    "ALLOW_ALWAYS_PROJECT",
+    "ALLOW_ONCE",
+    "REJECT_ONCE",
+    "AcpAnswerer",
+    "describe_tool_call",
+]
 
 log = logging.getLogger("broker.acp")
 
@@ -50,6 +57,11 @@ REJECT_ONCE = PermissionOption(
 ALLOW_ALWAYS = PermissionOption(
     option_id="allow-always", name="Always allow", kind=PermissionOptionKind.ALLOW_ALWAYS
 )
+ALLOW_ALWAYS_PROJECT = PermissionOption(
+    option_id="allow-always-project",
+    name="Always allow in this project",
+    kind=PermissionOptionKind.ALLOW_ALWAYS,
+)
 
 
 def always_option(rule: str, lasts: float | None = None) -> PermissionOption:
@@ -57,6 +69,13 @@ def always_option(rule: str, lasts: float | None = None) -> PermissionOption:
     status``) and, when the grant ends before the session, for how long."""
     scope = "this session" if lasts is None else f"this session, for {_shown_duration(lasts)}"
     return attrs.evolve(ALLOW_ALWAYS, name=f"Always allow {printable(rule)} ({scope})")
+
+
+def project_option(rule: str, rules_file: str) -> PermissionOption:
+    """The "always allow, for the project" option, naming the rule and the file it is written
+    to (``Always allow bash: npm run (project rules .broker/rules.toml)``)."""
+    name = f"Always allow {printable(rule)} (project rules {printable(rules_file)})"
+    return attrs.evolve(ALLOW_ALWAYS_PROJECT, name=name)
 
 
 def _shown_duration(seconds: float) -> str:
@@ -105,9 +124,11 @@ class AcpAnswerer:
     Anything else — another agent's question, a call-less one — is delegated with ``next()``.
     The client gets ``session/request_permission`` with the two one-shot options (plus
     ``allow-always`` when the composition honours remembered grants and the question has a rule
-    to remember: its name says which, e.g. ``Always allow bash: git status (this session)``).
+    to remember: its name says which, e.g. ``Always allow bash: git status (this session)``;
+    and ``allow-always-project`` when the broker has a project rules file, naming it).
     Mapping: ``cancelled`` → ``cancelled``; ``allow-once`` → ``allowed-once``; ``allow-always``
-    (when offered) → a grant of that rule on the session, then ``allowed-once``; any other
+    (when offered) → a grant of that rule on the session, then ``allowed-once``;
+    ``allow-always-project`` → the rule also appended to the project rules file; any other
     option id → ``rejected``; a JSON-RPC error, a broken connection, a malformed answer, or no
     answer before the deadline → ``unavailable``. A withdrawn question cancels the request:
     the client is sent ``$/cancel_request`` and a late answer is dropped.
@@ -136,10 +157,12 @@ class AcpAnswerer:
         if req.agent is not self.agent or req.call_id is None:
             return await next_()
         offer = always_offer(req) if self.allow_always else None
+        project = self.broker.project_rules if offer else None
         options = (
             ALLOW_ONCE,
             REJECT_ONCE,
             *((always_option(offer, self.always_for),) if offer else ()),
+            *((project_option(offer, project),) if offer and project else ()),
         )
         params = to_wire(
             RequestPermissionRequest(
@@ -183,6 +206,15 @@ class AcpAnswerer:
                 command=always_proposal(req),
                 by="acp client",
                 expires_in=self.always_for,
+            )
+            return Outcome.ALLOWED_ONCE
+        if project is not None and outcome.option_id == ALLOW_ALWAYS_PROJECT.option_id:
+            await self.broker.remember(
+                req.agent.session,
+                req.tool_name,
+                command=always_proposal(req),
+                by="acp client",
+                scope="project",
             )
             return Outcome.ALLOWED_ONCE
         return Outcome.REJECTED

@@ -101,6 +101,12 @@ def register(sub: _Sub) -> None:
         "long as the session); broker grants revoke ends one sooner",
     )
     parser.add_argument(
+        "--project-rules",
+        metavar="FILE",
+        help="the project's rules file: loaded as rules (when it exists), and where an answer "
+        "'Always allow … in this project' appends its rule (offered with --allow-always)",
+    )
+    parser.add_argument(
         "--remote-answers",
         action="store_true",
         default=None,
@@ -148,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
             permission_deadline=args.permission_deadline,
             allow_always=args.allow_always,
             always_for=args.always_for,
+            project_rules=args.project_rules,
             remote_answers=True if args.inbox is not None else args.remote_answers,
         )
     except (CompositionError, ScenarioError, HookSettingsError) as exc:
@@ -201,6 +208,7 @@ async def _serve(
             delegation=composition.delegation,
             store=composition.store,
             rules=composition.rules,
+            project_rules=composition.project_rules,
         ) as broker:
             serving = partial(serve_acp, connection, broker, composition, executor)
             await (serving() if inbox is None else with_inbox(broker, inbox, serving))

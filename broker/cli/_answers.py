@@ -6,6 +6,8 @@ examples:
   broker answer logs/sessions.sqlite 7f3c… allow --by alice
   broker answer logs/sessions.sqlite 7f3c… reject --by alice
   broker answer logs/sessions.sqlite 7f3c… always --by alice   (where the question offers it)
+  broker answer logs/sessions.sqlite 7f3c… always --for 30m     (the grant ends in 30 minutes)
+  broker answer logs/sessions.sqlite 7f3c… always --project     (also a rule in the project file)
 
 A question waits here when the asking broker has a remote answerer in its waterfall
 (broker.remote_answerer() in the library). The first answer wins; the asking broker decides,
@@ -25,6 +27,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 
 from .._codec import utf8_safe
@@ -32,6 +35,7 @@ from .._display import printable
 from .._vocabulary import Outcome
 from ..store import board_for
 from ._errors import EXIT_CHECK_FAILED, EXIT_OK, CliError
+from ._numbers import duration
 
 if TYPE_CHECKING:
     from ..store import AnswerBoard, PendingQuestion, QuestionStatus
@@ -72,6 +76,21 @@ def register(sub: _Sub) -> None:
         "the question shows, e.g. 'bash: git status', where it offers it)",
     )
     answer.add_argument("--by", help="who answers (recorded as answeredBy)")
+    scope = answer.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--for",
+        dest="always_for",
+        type=duration,
+        metavar="DURATION",
+        help="with always: the grant ends after DURATION (30m, 90s, 2h, 1d; default: the "
+        "asker's, usually as long as the session)",
+    )
+    scope.add_argument(
+        "--project",
+        action="store_true",
+        help="with always: also remember the rule in the project rules file the question "
+        "names (broker pending shows it), for every later session",
+    )
     answer.add_argument(
         "--wait",
         type=float,
@@ -102,6 +121,8 @@ def _row(question: PendingQuestion) -> dict[str, object]:
         "owner": question.owner,
         # What "always" would remember for the session (None: it is not offered).
         "always": question.always_rule if question.offers_always else None,
+        # Where "always --project" would write it (None: not offered).
+        "projectRules": question.project_rules if question.offers_always else None,
     }
 
 
@@ -119,7 +140,8 @@ def run_pending(args: argparse.Namespace) -> int:
         return EXIT_OK
     for row in rows:
         print(printable(str(row["id"])))
-        for key in ("session", "agent", "tool", "callId", "reason", "displayReason", "always"):
+        keys = ("session", "agent", "tool", "callId", "reason", "displayReason", "always")
+        for key in (*keys, "projectRules"):
             if row[key] is not None:
                 print(f"  {key}: {printable(str(row[key]))}")
         print(f"  askedAt: {row['askedAt']}  owner: {printable(str(row['owner']))}")
@@ -133,9 +155,15 @@ def run_answer(args: argparse.Namespace) -> int:
     if not (0 <= args.wait <= 3600):
         raise CliError(f"--wait must be between 0 and 3600 seconds, got {args.wait}")
     outcome = _VERBS[args.verb]
-    board = board_for(args.store)
     always = args.verb == "always"
-    settled = trio.run(_answer, board, args.question_id, outcome, args.by, args.wait, always)
+    if not always and (args.always_for is not None or args.project):
+        raise CliError(
+            f"--for and --project qualify an always answer, not {args.verb}: answer always "
+            "(or drop the option)"
+        )
+    board = board_for(args.store)
+    terms = _Terms(always, args.always_for, args.project)
+    settled = trio.run(_answer, board, args.question_id, outcome, args.by, args.wait, terms)
     shown = printable(args.question_id)
     if settled is None:
         print(
@@ -155,6 +183,13 @@ def run_answer(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED
 
 
+@attrs.frozen
+class _Terms:
+    always: bool
+    always_for: float | None
+    project: bool
+
+
 async def _pending(board: AnswerBoard, session_id: str | None) -> list[PendingQuestion]:
     try:
         return await board.pending(session_id)
@@ -168,11 +203,18 @@ async def _answer(
     outcome: Outcome,
     by: str | None,
     wait: float,
-    always: bool,
+    terms: _Terms,
 ) -> QuestionStatus | None:
     try:
         try:
-            await board.answer(question_id, outcome, by, always=always)
+            await board.answer(
+                question_id,
+                outcome,
+                by,
+                always=terms.always,
+                always_for=terms.always_for,
+                project=terms.project,
+            )
         except ValueError as exc:
             raise CliError(str(exc)) from exc
         with trio.move_on_after(wait):

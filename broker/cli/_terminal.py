@@ -45,12 +45,17 @@ class TerminalAnswerer:
 
     With *remember* (``broker.remember`` for the asking session), a question that has a rule
     to remember also offers ``s``/``always``: the rule is shown in the choice (``Always allow
-    bash: npm run (this session)``), remembered, and the call allowed once.
+    bash: npm run (this session)``), remembered, and the call allowed once. With
+    *remember_in_project* (``broker.remember(..., scope="project")``) and the file it writes,
+    *project_rules*, such a question also offers ``p``/``project``: the same rule, written to
+    the project's rules file (``Always allow bash: npm run (project rules FILE)``).
     """
 
     fixed: Outcome | None = None
     stdin: TextIO | None = None
     remember: Callable[[ApprovalRequest], Awaitable[object]] | None = None
+    remember_in_project: Callable[[ApprovalRequest], Awaitable[object]] | None = None
+    project_rules: str | None = None
 
     #: What the log calls it (``answerer`` of ``approval/decided``).
     answerer_name: ClassVar[str] = "terminal"
@@ -70,6 +75,12 @@ class TerminalAnswerer:
             print(f"  │ reason:  {printable(req.reason)}")
         offer = always_offer(req) if self.remember is not None else None
         always = f"   [s] Always allow {printable(offer)} (this session)" if offer else ""
+        in_project = offer if self.remember_in_project is not None and self.project_rules else None
+        if in_project:
+            always += (
+                f"   [p] Always allow {printable(in_project)} (project rules "
+                f"{printable(self.project_rules or '')})"
+            )
         print(f"  │ choices: [a] Allow once   [r] Reject{always}   (default: r)")
         if self.fixed is not None:
             await trio.lowlevel.checkpoint()
@@ -92,6 +103,9 @@ class TerminalAnswerer:
                 return _CHOICES[word]
             if offer and word in ("s", "always") and self.remember is not None:
                 await self.remember(req)
+                return Outcome.ALLOWED_ONCE
+            if in_project and word in ("p", "project") and self.remember_in_project is not None:
+                await self.remember_in_project(req)
                 return Outcome.ALLOWED_ONCE
             print(
                 f"     {word[:40]!r} is not an answer: "

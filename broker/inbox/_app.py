@@ -8,7 +8,8 @@ Routes (every one needs the token first — 401 and no data without it, :mod:`._
 ``GET /events``           Server-Sent Events: ``snapshot`` then ``change`` events (:mod:`._feed`)
 ``GET /api/pending``      the pending questions now, as one JSON ``snapshot``
 ``GET /api/session?id=``  a session's log, asked/decided paired (:mod:`._timeline`; SQLite)
-``POST /api/answer``      ``{"id", "outcome": "allowed-once"|"rejected", "by", "always"?}`` with the
+``POST /api/answer``      ``{"id", "outcome": "allowed-once"|"rejected", "by", "always"?,
+                          "alwaysFor"? (seconds), "project"?}`` with the
                           ``X-CSRF-Token`` header (403 without it, nothing recorded); 200 the
                           answer was taken, 409 refused naming what was recorded, 404 an unknown
                           id, 400 a bad body
@@ -289,10 +290,17 @@ class InboxApp:
         except ValueError as exc:
             return _problem(400, str(exc), body.id)
         try:
-            answer = await self.board.answer(body.id, outcome, body.by, always=body.always)
+            answer = await self.board.answer(
+                body.id,
+                outcome,
+                body.by,
+                always=body.always,
+                always_for=body.always_for,
+                project=body.project,
+            )
         except UnknownQuestionError as exc:
             return _problem(404, shown_name(str(exc)), body.id)
-        except ValueError as exc:  # always-allow where the question does not offer it
+        except ValueError as exc:  # always-allow where not offered, or bad terms
             return _problem(400, shown_name(str(exc)), body.id)
         except AnswerRefusedError as exc:
             recorded = exc.recorded.value if exc.recorded is not None else None

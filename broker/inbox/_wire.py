@@ -87,6 +87,10 @@ class AnswerBody:
     by: str
     #: Allow and remember the tool for the session (only where the question offers it).
     always: bool = False
+    #: With ``always``: the grant ends after this many seconds (None: the asker's default).
+    always_for: float | None = None
+    #: With ``always``: also write the rule to the project rules file the question names.
+    project: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -162,6 +166,7 @@ def shown(question: PendingQuestion) -> PendingQuestion:
         display_reason=_text(question.display_reason, keep_newlines=True),
         owner=printable(question.owner),
         always_rule=_text(question.always_rule),
+        project_rules=_text(question.project_rules),
     )
 
 

@@ -32,6 +32,8 @@ from ._model import Rule as Rule
 from ._model import RuleDecision as RuleDecision
 from ._model import RuleOrigin as RuleOrigin
 from ._paths import normalise_path as normalise_path
+from ._remember import literal_glob as literal_glob
+from ._remember import remember_in_file as remember_in_file
 from ._shell import parse_command as parse_command
 from ._shell import split_words as split_words
 
@@ -49,5 +51,6 @@ __all__ = [
     "load_rules",
     "normalise_path",
     "parse_rules",
+    "remember_in_file",
     "rules_from_claude_code",
 ]

@@ -28,7 +28,7 @@ promises:
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -46,10 +46,12 @@ __all__ = [
     "QuestionStatus",
     "RemoteAnswer",
     "UnknownQuestionError",
+    "answer_terms",
     "check_always",
     "check_answer",
     "check_by",
     "check_grant_id",
+    "remember_terms",
 ]
 
 #: The outcomes a person can give from elsewhere; ``cancelled``/``unavailable`` are the asker's.
@@ -101,6 +103,9 @@ class PendingQuestion:
     #: What "always allow" remembers, shown before it is chosen: ``bash: git status`` (a
     #: command's prefix) or the tool's name (the whole tool).
     always_rule: str | None = None
+    #: The project rules file "always, for the project" appends ``always_rule`` to (None: only
+    #: the session's scope is offered).
+    project_rules: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -113,6 +118,52 @@ class RemoteAnswer:
     by: str | None = None
     answered_at_ms: int
     always: bool = False
+    #: With ``always``: how long the grant lasts (ms; None: the asker's default).
+    always_for_ms: int | None = None
+    #: With ``always``: remember the rule in the project rules file too.
+    project: bool = False
+
+    def how(self) -> str | None:
+        """The remembering terms as one stored text (None: none beyond ``always``):
+        ``project`` or ``for:MS``; :func:`answer_terms` reads it back."""
+        if self.project:
+            return "project"
+        return None if self.always_for_ms is None else f"for:{self.always_for_ms}"
+
+
+def answer_terms(how: str | None) -> dict[str, Any]:
+    """The :class:`RemoteAnswer` fields a stored :meth:`RemoteAnswer.how` gives back
+    (unknown text: none, so an answer from a newer broker is read as a plain always)."""
+    if how == "project":
+        return {"project": True}
+    if how is not None and how.startswith("for:") and how[4:].isdigit():
+        return {"always_for_ms": int(how[4:])}
+    return {}
+
+
+def remember_terms(always: bool, always_for: float | None, project: bool) -> int | None:
+    """*always_for* (seconds) as ms after checking the terms of an "always" answer;
+    ValueError naming the parameter."""
+    if always_for is not None:
+        if isinstance(always_for, bool) or not isinstance(always_for, int | float):
+            raise ValueError(
+                f"always_for must be a number of seconds, got {always_for!r}: e.g. 1800"
+            )
+        if not 0 < always_for < 10**9:
+            raise ValueError(
+                f"always_for must be a positive number of seconds, got {always_for!r}: e.g. "
+                "1800 for 30 minutes"
+            )
+    if (always_for is not None or project) and not always:
+        raise ValueError(
+            "always_for and project only qualify an always answer: give always=True too"
+        )
+    if always_for is not None and project:
+        raise ValueError(
+            "always_for cannot be given with project: a rule in the project file has no "
+            "end; remember for the session to give one"
+        )
+    return None if always_for is None else int(always_for * 1000)
 
 
 @attrs.frozen(kw_only=True)
@@ -151,9 +202,11 @@ class QuestionStatus:
     settled: Outcome | None = None
 
 
-def check_always(question: PendingQuestion, outcome: Outcome, always: bool) -> None:
+def check_always(
+    question: PendingQuestion, outcome: Outcome, always: bool, project: bool = False
+) -> None:
     """ValueError unless *always* is off, or on with ``allowed-once`` for a question that
-    offers it."""
+    offers it (and, with *project*, offers the project's scope)."""
     if always and outcome is not Outcome.ALLOWED_ONCE:
         raise ValueError(
             "always must only be given with allowed-once: always-allow remembers an allow"
@@ -162,6 +215,11 @@ def check_always(question: PendingQuestion, outcome: Outcome, always: bool) -> N
         raise ValueError(
             f"question {question.id!r} does not offer always-allow (its asker cannot remember "
             "a grant): answer allowed-once or rejected"
+        )
+    if project and question.project_rules is None:
+        raise ValueError(
+            f"question {question.id!r} does not offer always-allow for the project (its asker "
+            "has no project rules file): answer always for the session instead"
         )
 
 
@@ -226,10 +284,19 @@ class AnswerBoard(Protocol):
         ...
 
     async def answer(
-        self, question_id: str, outcome: Outcome, by: str | None, *, always: bool = False
+        self,
+        question_id: str,
+        outcome: Outcome,
+        by: str | None,
+        *,
+        always: bool = False,
+        always_for: float | None = None,
+        project: bool = False,
     ) -> RemoteAnswer:
         """Give the first answer to *question_id*; return it once durable. *always* (with
-        ``allowed-once``, where the question offers it) asks the asker to remember the tool.
+        ``allowed-once``, where the question offers it) asks the asker to remember the rule the
+        question shows: for *always_for* seconds (None: the asker's default), or in the
+        project's rules file with *project* (where the question offers it).
 
         Raises :class:`AnswerRefusedError` (naming what was recorded) when the question was
         answered already or is settled, :class:`UnknownQuestionError` for an id never put up,

@@ -67,6 +67,8 @@ def _grant(event: ApprovalGrant) -> str:
     if event.expires_at_ms is not None:
         until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(event.expires_at_ms / 1000))
         text += f" until {until}"
+    if event.rule_file is not None:
+        text += f" remembered in {event.rule_file}"
     return text
 
 

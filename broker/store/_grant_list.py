@@ -42,6 +42,9 @@ class GrantRow:
     expires_at_ms: int | None = None
     status: str = "active"
     revoked_by: str | None = None
+    #: The project rules file the answer was also remembered in (revoking the grant ends it
+    #: for its session; the rule stays in the file until someone removes it).
+    rule_file: str | None = None
 
 
 def list_grants(store: str | os.PathLike[str], session_id: str | None = None) -> list[GrantRow]:
@@ -83,6 +86,7 @@ def _grants_of(reader: StoreReader, session_id: str) -> list[GrantRow]:
                 by=event.by,
                 at_ms=event.at_ms if event.at_ms is not None else row.ts_ms,
                 expires_at_ms=event.expires_at_ms,
+                rule_file=event.rule_file,
             )
         elif isinstance(event, ApprovalRevoke):
             revoked = event.id if event.id is not None else event.tool_name

@@ -24,6 +24,7 @@ from ._board import (
     check_answer,
     check_by,
     check_grant_id,
+    remember_terms,
 )
 
 __all__ = ["MemoryBoard", "refusal", "shown_id"]
@@ -146,19 +147,33 @@ class MemoryBoard:
             self._entries.pop(self._settled_order.popleft(), None)
 
     async def answer(
-        self, question_id: str, outcome: Outcome, by: str | None, *, always: bool = False
+        self,
+        question_id: str,
+        outcome: Outcome,
+        by: str | None,
+        *,
+        always: bool = False,
+        always_for: float | None = None,
+        project: bool = False,
     ) -> RemoteAnswer:
         """Give the first answer. Cancellation: a plain checkpoint, before anything changes."""
         value = check_answer(outcome, by)
+        lasts_ms = remember_terms(always, always_for, project)
         await trio.lowlevel.checkpoint()
         entry = self._entries.get(question_id)
         refused = refusal(question_id, entry.status() if entry is not None else None)
         if refused is not None:
             raise refused
         assert entry is not None
-        check_always(entry.question, value, always)
+        check_always(entry.question, value, always, project)
         entry.answer = RemoteAnswer(
-            question_id=question_id, outcome=value, by=by, answered_at_ms=_now_ms(), always=always
+            question_id=question_id,
+            outcome=value,
+            by=by,
+            answered_at_ms=_now_ms(),
+            always=always,
+            always_for_ms=lasts_ms,
+            project=project,
         )
         entry.answered.set()
         return entry.answer

@@ -68,9 +68,26 @@ function card(q) {
     const rule = q.alwaysRule || q.toolName;
     const always = text("button", "always", `Always allow ${rule}`);
     always.type = "button";
-    always.title = `allow, and remember ${rule} for this session`;
-    always.addEventListener("click", () => answer(q.id, "allowed-once", true));
-    actions.append(always);
+    always.title = `allow, and remember ${rule} for this session (or for how long is chosen)`;
+    const lasts = document.createElement("select");
+    lasts.className = "lasts";
+    lasts.title = "how long the grant lasts";
+    for (const [label, seconds] of [["this session", ""], ["30 min", "1800"], ["2 h", "7200"], ["1 day", "86400"]]) {
+      const option = text("option", "", label);
+      option.value = seconds;
+      lasts.append(option);
+    }
+    always.addEventListener("click", () =>
+      answer(q.id, "allowed-once", { always: true, ...(lasts.value ? { alwaysFor: Number(lasts.value) } : {}) }));
+    actions.append(always, lasts);
+    if (q.projectRules) {
+      // The same rule, written to the project's rules file: every later session reads it.
+      const project = text("button", "always", `Always allow ${rule} in this project`);
+      project.type = "button";
+      project.title = `allow, and add the rule ${rule} to ${q.projectRules}`;
+      project.addEventListener("click", () => answer(q.id, "allowed-once", { always: true, project: true }));
+      actions.append(project);
+    }
   }
   actions.append(reject, text("span", "result", ""));
   li.append(head, facts, actions);
@@ -137,7 +154,8 @@ function change(data) {
   tick();
 }
 
-async function answer(id, outcome, always = false) {
+async function answer(id, outcome, terms = null) {
+  const always = terms !== null;
   const entry = cards.get(id);
   if (!entry) return;
   const result = entry.card.querySelector(".result");
@@ -157,7 +175,7 @@ async function answer(id, outcome, always = false) {
     const response = await fetch("/api/answer", {
       method: "POST",
       headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
-      body: JSON.stringify(always ? { id, outcome, by, always } : { id, outcome, by }),
+      body: JSON.stringify({ id, outcome, by, ...(terms || {}) }),
       credentials: "same-origin",
     });
     status = response.status;

@@ -47,10 +47,12 @@ from .._board import (
     PendingQuestion,
     QuestionStatus,
     RemoteAnswer,
+    answer_terms,
     check_always,
     check_answer,
     check_by,
     check_grant_id,
+    remember_terms,
 )
 from .._memory_board import refusal
 from .._protocol import StoreError
@@ -89,6 +91,9 @@ _DDL = (
         answered_ms bigint NOT NULL,
         always boolean NOT NULL DEFAULT false
     )""",
+    # Boards made before answers had terms (always for 30m, for the project) get the column;
+    # their rows keep NULL: a plain always.
+    "ALTER TABLE {s}.board_answers ADD COLUMN IF NOT EXISTS always_how text",
     _REVOCATIONS_DDL,
 )
 # Which events of a question's session may hold its decided: those after the seq its log had
@@ -104,6 +109,7 @@ _AFTER = (
 #: events :data:`_AFTER` allows that contain the question's id are parsed as JSON.
 _STATUS = (
     "SELECT q.question, a.question_id, a.outcome, a.answered_by, a.answered_ms, a.always, "
+    "a.always_how, "
     "(SELECT e.line::jsonb->'data'->>'outcome' FROM {s}.events e "
     f"WHERE {_AFTER}"
     "AND strpos(e.line, q.id) > 0 "
@@ -115,7 +121,7 @@ _STATUS = (
 #: Store an answer (and notify the asker) iff the question is on the board, unanswered and not
 #: decided in the log; no row back means nothing was stored. Run by :mod:`._native` (libpq
 #: placeholders): $1 id, $2 always, $3 outcome, $4 answered by, $5 answered at, $6 channel,
-#: $7 payload.
+#: $7 payload, $8 the answer's terms (:meth:`RemoteAnswer.how`).
 _ANSWER = (
     "WITH open AS (SELECT q.id FROM {s}.board_questions q WHERE q.id = $1 "
     "AND NOT EXISTS (SELECT 1 FROM {s}.board_answers a WHERE a.question_id = q.id) "
@@ -123,9 +129,12 @@ _ANSWER = (
     "AND strpos(e.line, q.id) > 0 "
     "AND e.line::jsonb->>'type' = 'approval/decided' "
     "AND e.line::jsonb->'data'->>'id' = q.id) "
-    "AND (NOT $2::boolean OR (q.question::jsonb->>'offersAlways')::boolean IS TRUE)), "
+    "AND (NOT $2::boolean OR (q.question::jsonb->>'offersAlways')::boolean IS TRUE) "
+    "AND ($8::text IS DISTINCT FROM 'project' "
+    "OR q.question::jsonb->>'projectRules' IS NOT NULL)), "
     "stored AS (INSERT INTO {s}.board_answers (question_id, outcome, answered_by, answered_ms, "
-    "always) SELECT id, $3::text, $4::text, $5::bigint, $2::boolean FROM open "
+    "always, always_how) SELECT id, $3::text, $4::text, $5::bigint, $2::boolean, $8::text "
+    "FROM open "
     "ON CONFLICT (question_id) DO NOTHING RETURNING question_id) "
     "SELECT pg_notify($6::text, $7::text) FROM stored"
 )
@@ -153,14 +162,17 @@ def _column_exists(conn: Connection[Any], schema: str, table: str, column: str) 
     return row is not None
 
 
-def _answer_from(row: tuple[Any, ...]) -> RemoteAnswer:
-    question_id, outcome, by, at_ms, always = row
+def _answer_from(row: tuple[Any, ...] | list[Any]) -> RemoteAnswer:
+    # Five fields from a broker before answers had terms (a notification's payload), else six.
+    question_id, outcome, by, at_ms, always, *rest = row
+    how = rest[0] if rest and isinstance(rest[0], str) else None
     return RemoteAnswer(
         question_id=str(question_id),
         outcome=Outcome(outcome),
         by=by,
         answered_at_ms=int(at_ms),
         always=bool(always),
+        **answer_terms(how),
     )
 
 
@@ -276,10 +288,10 @@ class PostgresBoard:
                 id=question_id, session_id="", agent="", tool_name="?", asked_at_ms=0, owner=""
             )
             return QuestionStatus(question=stub, settled=Outcome(decided[0]))
-        text, answered_id, outcome, by, at_ms, always, decided_as = row
+        text, answered_id, outcome, by, at_ms, always, how, decided_as = row
         question = converter.structure(json.loads(text), PendingQuestion)
         answer = (
-            _answer_from((answered_id, outcome, by, at_ms, always))
+            _answer_from((answered_id, outcome, by, at_ms, always, how))
             if answered_id is not None
             else None
         )
@@ -361,11 +373,19 @@ class PostgresBoard:
         await trio.lowlevel.checkpoint()
 
     async def answer(
-        self, question_id: str, outcome: Outcome, by: str | None, *, always: bool = False
+        self,
+        question_id: str,
+        outcome: Outcome,
+        by: str | None,
+        *,
+        always: bool = False,
+        always_for: float | None = None,
+        project: bool = False,
     ) -> RemoteAnswer:
         """Give the first answer, atomically, and notify the asker (module doc).
         Cancellation: waits for the transaction."""
         value = check_answer(outcome, by)
+        lasts_ms = remember_terms(always, always_for, project)
         if always and value is not Outcome.ALLOWED_ONCE:
             raise ValueError(
                 "always must only be given with allowed-once: always-allow remembers an allow"
@@ -388,10 +408,22 @@ class PostgresBoard:
             by=by,
             answered_at_ms=wall_clock_ms(),
             always=always,
+            always_for_ms=lasts_ms,
+            project=project,
         )
-        payload = json.dumps([question_id, value.value, by, answer.answered_at_ms, always])
+        how = answer.how()
+        payload = json.dumps([question_id, value.value, by, answer.answered_at_ms, always, how])
         params = encode_params(
-            [question_id, always, value.value, by, answer.answered_at_ms, self.channel, payload]
+            [
+                question_id,
+                always,
+                value.value,
+                by,
+                answer.answered_at_ms,
+                self.channel,
+                payload,
+                how,
+            ]
         )
         async with self._lock:
             if not self._ensured or self._conn is None or self._conn.closed:
@@ -408,7 +440,7 @@ class PostgresBoard:
             status = self._status(conn, question_id)
             refused = refusal(question_id, status)
             if refused is None and status is not None:
-                check_always(status.question, value, always)  # the one other reason
+                check_always(status.question, value, always, project)  # the other reasons
             # Not stored and not refusable: answered and decided in between; say so.
             raise refused or AnswerRefusedError(
                 f"question {question_id!r} was answered or settled meanwhile: retry to see "
@@ -576,16 +608,10 @@ class PostgresBoard:
             pgconn.consume_input()  # raises OperationalError on a lost connection
             while (notify := pgconn.notifies()) is not None:
                 try:
-                    qid, outcome, by, at_ms, always = json.loads(notify.extra)
-                    self._deliver(
-                        RemoteAnswer(
-                            question_id=qid,
-                            outcome=Outcome(outcome),
-                            by=by,
-                            answered_at_ms=at_ms,
-                            always=bool(always),
-                        )
-                    )
+                    fields = json.loads(notify.extra)
+                    if not isinstance(fields, list) or len(fields) not in (5, 6):
+                        raise ValueError(notify.extra)
+                    self._deliver(_answer_from(fields))
                 except (ValueError, TypeError):
                     await self._poll()  # not ours, or malformed: ask the table instead
 
@@ -600,8 +626,8 @@ class PostgresBoard:
                 return []
             rows = conn.execute(
                 self._q(
-                    "SELECT question_id, outcome, answered_by, answered_ms, always FROM "
-                    "{s}.board_answers WHERE question_id = ANY(%s)"
+                    "SELECT question_id, outcome, answered_by, answered_ms, always, always_how "
+                    "FROM {s}.board_answers WHERE question_id = ANY(%s)"
                 ),
                 (ids,),
             )

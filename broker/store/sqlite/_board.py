@@ -40,10 +40,12 @@ from .._board import (
     PendingQuestion,
     QuestionStatus,
     RemoteAnswer,
+    answer_terms,
     check_always,
     check_answer,
     check_by,
     check_grant_id,
+    remember_terms,
 )
 from .._memory_board import refusal
 from .._protocol import StoreError
@@ -100,14 +102,15 @@ def _question_from(text: str) -> PendingQuestion:
     return converter.structure(json.loads(text), PendingQuestion)
 
 
-def _answer_from(row: tuple[str, str, str | None, int, int]) -> RemoteAnswer:
-    question_id, outcome, by, at_ms, always = row
+def _answer_from(row: tuple[str, str, str | None, int, int, str | None]) -> RemoteAnswer:
+    question_id, outcome, by, at_ms, always, how = row
     return RemoteAnswer(
         question_id=question_id,
         outcome=Outcome(outcome),
         by=by,
         answered_at_ms=at_ms,
         always=bool(always),
+        **answer_terms(how),
     )
 
 
@@ -132,8 +135,8 @@ def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None
         _DECIDED_IN_SESSION, (question.session_id, question.asked_at_ms, question_id)
     ).fetchone()
     answer_row = conn.execute(
-        "SELECT question_id, outcome, answered_by, answered_ms, always FROM board_answers "
-        "WHERE question_id = ?",
+        "SELECT question_id, outcome, answered_by, answered_ms, always, always_how "
+        "FROM board_answers WHERE question_id = ?",
         (question_id,),
     ).fetchone()
     return QuestionStatus(
@@ -223,10 +226,18 @@ class SqliteBoard:
         await trio.lowlevel.checkpoint()
 
     async def answer(
-        self, question_id: str, outcome: Outcome, by: str | None, *, always: bool = False
+        self,
+        question_id: str,
+        outcome: Outcome,
+        by: str | None,
+        *,
+        always: bool = False,
+        always_for: float | None = None,
+        project: bool = False,
     ) -> RemoteAnswer:
         """Give the first answer, atomically (module doc). Cancellation: waits for the write."""
         value = check_answer(outcome, by)
+        lasts_ms = remember_terms(always, always_for, project)
 
         def write(conn: sqlite3.Connection) -> RemoteAnswer:
             conn.execute("BEGIN IMMEDIATE")
@@ -236,18 +247,27 @@ class SqliteBoard:
                 if refused is not None:
                     raise refused
                 assert status is not None
-                check_always(status.question, value, always)
+                check_always(status.question, value, always, project)
                 answer = RemoteAnswer(
                     question_id=question_id,
                     outcome=value,
                     by=by,
                     answered_at_ms=wall_clock_ms(),
                     always=always,
+                    always_for_ms=lasts_ms,
+                    project=project,
                 )
                 conn.execute(
                     "INSERT INTO board_answers (question_id, outcome, answered_by, answered_ms, "
-                    "always) VALUES (?, ?, ?, ?, ?)",
-                    (question_id, value.value, by, answer.answered_at_ms, int(always)),
+                    "always, always_how) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        question_id,
+                        value.value,
+                        by,
+                        answer.answered_at_ms,
+                        int(always),
+                        answer.how(),
+                    ),
                 )
                 conn.execute("COMMIT")
             except BaseException:
@@ -368,7 +388,7 @@ class SqliteBoard:
                 found += [
                     _answer_from(row)
                     for row in conn.execute(
-                        "SELECT question_id, outcome, answered_by, answered_ms, always "
+                        "SELECT question_id, outcome, answered_by, answered_ms, always, always_how "
                         f"FROM board_answers WHERE question_id IN ({marks})",
                         chunk,
                     )
