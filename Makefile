@@ -8,12 +8,15 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 TS_SDK := tests/interop/ts/node_modules/.package-lock.json
+# The real agent CLIs whose hooks ask broker serve (tests/agents), pinned by their lockfiles.
+AGENTS := tests/agents/claude-code/node_modules/.package-lock.json \
+  tests/agents/codex/node_modules/.package-lock.json
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # flake8-async: the library must checkpoint in every async function (ASYNC910/911/912, house
 # rule 3). Tests and benches are exempt from those and from ASYNC124 (async without await):
 # their answerer stubs deliberately answer without yielding, a case the broker must handle.
-STARTABLE   := serve_answerer,serve_broker,serve_acp,start_answerer,run_actor,run_timer,session_task,actor,serve_inbox,run_poller
+STARTABLE   := serve_answerer,serve_broker,serve_acp,start_answerer,run_actor,run_timer,session_task,actor,serve_inbox,run_poller,serve_socket,_hold
 ASYNC_LIB   := --disable=ASYNC124 --startable-in-context-manager=$(STARTABLE)
 ASYNC_TESTS := --disable=ASYNC124,ASYNC910,ASYNC911,ASYNC912 \
   --startable-in-context-manager=$(STARTABLE)
@@ -52,10 +55,15 @@ system-deps:
 $(TS_SDK): tests/interop/ts/package-lock.json | system-deps
 	npm ci --prefix tests/interop/ts --no-audit --no-fund --loglevel=error
 
+# Claude Code (@anthropic-ai/claude-code) and Codex (@openai/codex): each a native binary in an
+# npm optional dependency, so nothing is fetched from outside the npm registry.
+tests/agents/%/node_modules/.package-lock.json: tests/agents/%/package-lock.json | system-deps
+	npm ci --prefix tests/agents/$* --no-audit --no-fund --loglevel=error
+
 demo: $(STAMP) system-deps
 	$(VENV)/bin/broker demo --answer allow
 
-test: $(STAMP) system-deps $(TS_SDK)
+test: $(STAMP) system-deps $(TS_SDK) $(AGENTS)
 	$(PY) -W error -m pytest
 
 lint: $(STAMP)
@@ -67,7 +75,7 @@ lint: $(STAMP)
 
 # The public packages (each one's __all__ is its reference page).
 DOC_MODULES := broker broker.rules broker.store broker.tools broker.acp broker.mcp broker.hooks \
-  broker.inbox broker.agent broker.testing
+  broker.inbox broker.agent broker.serve broker.testing broker_hook
 
 # The API reference from the docstrings, into build/docs (open build/docs/index.html). Warnings
 # are errors: an annotation the reference cannot resolve, a broken docstring, fail the build.

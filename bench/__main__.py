@@ -29,7 +29,7 @@ from bench._plot import svg_panels
 from bench._suite import Figure, Result
 
 # Run in this order; each module has ``measure(quick: bool) -> Result``.
-BENCHES = ("latency", "cancel", "scale", "store", "runtime", "acp", "sandbox", "rules")
+BENCHES = ("latency", "cancel", "scale", "store", "runtime", "acp", "sandbox", "rules", "hook")
 
 README = Path(__file__).resolve().parent / "README.md"
 START = "<!-- figures:start -->"

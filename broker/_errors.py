@@ -35,6 +35,7 @@ that covers your case — ``BrokerError`` covers everything the package raises o
     ├── JsonRpcError                     the ACP peer answered with an error  [acp]
     ├── ConnectionClosed                 the ACP connection ended             [acp]
     ├── WireDecodeError (ValueError)     an ACP message of the wrong shape    [acp]
+    ├── SocketError (OSError)            broker serve cannot listen there     [serve]
     ├── SandboxUnavailableError (RuntimeError)  no sandbox on this host     [tools]
     └── SeccompUnsupportedError (RuntimeError)  no seccomp filter here      [tools]
 
@@ -42,6 +43,7 @@ that covers your case — ``BrokerError`` covers everything the package raises o
     GlobError (ValueError)               a bad glob in a rule                [rules]
     InboxListenError (OSError)           the inbox cannot listen             [inbox]
     FrameError, ParamError (ValueError)  an MCP frame or parameter is malformed  [mcp]
+    FrameError (ValueError)              not a question on broker serve's socket  [serve]
     ValueError / TypeError               a bad argument, named with its fix
 
 Internal, never leaving their module: ``StructureProblem``, ``FeedBusyError``,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _acp, _answers, _chaos, _demo, _grants, _hooks, _inbox, _log, _mcp, _rules
+from . import _acp, _answers, _chaos, _demo, _grants, _hooks, _inbox, _log, _mcp, _rules, _serve
 from ._errors import EXIT_USAGE, run_command
 
 __all__ = ["main"]
@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     _mcp.register(sub)
     _rules.register(sub)
     _grants.register(sub)
+    _serve.register(sub)
+    hook = sub.add_parser(
+        "hook",
+        help="answer a Claude Code or Codex hook by asking broker serve (never fails open)",
+        add_help=False,
+    )
+    hook.add_argument("rest", nargs=argparse.REMAINDER, help="claude-code|codex [--socket …]")
     _accept_debug_anywhere(parser)
     return parser
 
@@ -87,8 +94,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     A mistake the user can fix prints one line on stderr and returns 2 (or 1 when a check
     failed); ``--debug`` shows the traceback instead (see ``broker/cli/_errors.py``).
     """
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["hook"]:
+        import broker_hook  # stdlib only: what the console script runs without this package
+
+        return broker_hook.run(given[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     return run_command(args.func, args, debug=args.debug)
 
 
