@@ -56,6 +56,9 @@ class Agent:
     _notice_to: Policy | None = attrs.field(default=None, init=False)
     #: What the model has been given in its runtime context (fed by the agent loop).
     context: ContextLedger = attrs.field(factory=ContextLedger, init=False)
+    #: How people call this agent where they answer (``Claude Code session 6c48…``); None:
+    #: ``agent of session ID``. Presentation only: never logged, never used to decide.
+    label: str | None = attrs.field(default=None, init=False)
 
     def __repr__(self) -> str:
         return f"<Agent of session {self.session.id}>"

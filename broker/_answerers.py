@@ -123,8 +123,8 @@ class AnswererHandle:
             self._inflight.discard(flight)
         source = Source.ANSWERER
         if isinstance(result, Answer):
-            if result.by is not None:
-                flight.answered = (result.outcome, result.by)
+            if result.by is not None or result.message is not None:
+                flight.answered = (result.outcome, result.by, result.message)
             if result.expired:
                 source = Source.DEADLINE
             outcome = result.outcome

@@ -462,6 +462,7 @@ class Broker(metaclass=FactoryMade):
         always: bool = False,
         always_for: float | None = None,
         project: bool = False,
+        message: str | None = None,
     ) -> RemoteAnswer:
         """Answer a question waiting on :attr:`board`: ``allowed-once`` or ``rejected``.
 
@@ -473,11 +474,18 @@ class Broker(metaclass=FactoryMade):
         question shows (``always_rule``) on the asking session, where the question offers it:
         for *always_for* seconds (None: the asker's default), or with *project* in the
         project's rules file as well (where the question names one: ``project_rules``).
+        *message* is what you say with it: recorded, and given to the agent with the outcome.
         Cancellation: the answer may or may not have been stored.
         """
         value = check_answer(outcome, by)
         return await self.board.answer(
-            question_id, value, by, always=always, always_for=always_for, project=project
+            question_id,
+            value,
+            by,
+            always=always,
+            always_for=always_for,
+            project=project,
+            message=message,
         )
 
     async def pending(self, session_id: str | None = None) -> list[PendingQuestion]:

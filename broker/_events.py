@@ -88,7 +88,8 @@ class ApprovalDecided(Event):
     ``rule_layer``, ``rule_file`` when the rule has one, and ``rule_index``), a grant (then
     ``grant``, the tool it covers), an answerer or an answerer's deadline (then ``answerer``,
     which one), the policy, an abort, the caller's cancellation, the session or turn ending,
-    an answerer lost or failing, or the end of the chain (no answerer).
+    an answerer lost or failing, or the end of the chain (no answerer). ``message``: what the
+    person who answered said with it (given to the agent with the outcome).
     """
 
     TYPE: ClassVar[str] = "approval/decided"
@@ -104,6 +105,7 @@ class ApprovalDecided(Event):
     rule_index: int | None = None
     grant: str | None = None
     answerer: str | None = None
+    message: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -94,6 +94,8 @@ class Decision:
     source: Source | None = None
     rule: Rule | None = None
     arguments_digest: str | None = None
+    #: What the person who answered said with it (their :class:`Answer`'s ``message``).
+    message: str | None = None
 
     def covers(self, arguments: object) -> bool:
         """Whether this decision allows running with exactly *arguments*: it is
@@ -238,11 +240,9 @@ class Questions:
                         await question.settled(Outcome.CANCELLED)
                 raise
             answered = flight.answered
-            answered_by = (
-                answered[1]
-                if answered is not None and answered[0] is outcome and flight.cause is None
-                else None
-            )
+            said = answered is not None and answered[0] is outcome and flight.cause is None
+            answered_by = answered[1] if said and answered is not None else None
+            message = answered[2] if said and answered is not None else None
             source, answerer = _source_of(flight, outcome)
             decided = ApprovalDecided(
                 id=request_id,
@@ -250,6 +250,7 @@ class Questions:
                 answered_by=answered_by,
                 source=source,
                 answerer=answerer,
+                message=message,
             )
             # Invariant: once the race is decided, the log records that decision — a caller
             # cancelled from here on gets Cancelled at its next checkpoint, after the return.
@@ -263,6 +264,7 @@ class Questions:
                 answered_by=answered_by,
                 source=source,
                 arguments_digest=req.arguments_digest,
+                message=message,
             )
         finally:
             self._settle(request_id)

@@ -28,12 +28,13 @@ board, so nothing promises what the asker cannot honour.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import trio
@@ -42,7 +43,7 @@ from ._decision import Answer
 from ._grants import always_offer
 from ._request import current_question
 from ._vocabulary import Outcome
-from .store import PendingQuestion, RemoteAnswer
+from .store import SHOWN_ARGUMENTS, PendingQuestion, RemoteAnswer
 
 if TYPE_CHECKING:
     from ._answerers import AnswerNext
@@ -50,6 +51,29 @@ if TYPE_CHECKING:
     from .store import AnswerBoard
 
 __all__ = ["RemoteAnswerer", "process_owner"]
+
+
+def shown_arguments(arguments: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """*arguments* as the board shows them: a plain JSON object of at most
+    :data:`~broker.store.SHOWN_ARGUMENTS` bytes, else None."""
+    if arguments is None:
+        return None
+    try:
+        text = json.dumps(arguments, ensure_ascii=False, default=_frozen)
+    except (TypeError, ValueError):
+        return None
+    if len(text.encode("utf-8", "surrogatepass")) > SHOWN_ARGUMENTS:
+        return None
+    shown: dict[str, Any] = json.loads(text)
+    return shown
+
+
+def _frozen(value: object) -> object:
+    # Frozen arguments (broker._arguments) hold tuples and mapping proxies: JSON's lists and
+    # objects.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(type(value).__name__)
 
 
 def process_owner() -> str:
@@ -99,7 +123,7 @@ class RemoteAnswerer:
         pending = PendingQuestion(
             id=question.id,
             session_id=session.id,
-            agent=f"agent of session {session.id}",
+            agent=req.agent.label or f"agent of session {session.id}",
             tool_name=req.tool_name,
             call_id=req.call_id,
             reason=req.reason,
@@ -110,6 +134,7 @@ class RemoteAnswerer:
             offers_always=offer is not None,
             always_rule=offer,
             project_rules=self.project_rules if offer is not None else None,
+            arguments=shown_arguments(req.arguments),
         )
         # Registered before publishing: whatever happens from here, the board learns the end.
         question.hooks.append(lambda outcome: self.board.retire(question.id, outcome))
@@ -119,5 +144,5 @@ class RemoteAnswerer:
             answer = await self.board.wait_answer(question.id)
             if answer.always and self.grant is not None:
                 await self.grant(req, answer)  # remembered before the allow is recorded
-            return Answer(outcome=answer.outcome, by=answer.by)
+            return Answer(outcome=answer.outcome, by=answer.by, message=answer.message)
         return Answer(outcome=Outcome.UNAVAILABLE, expired=True)  # the deadline, not a "no"

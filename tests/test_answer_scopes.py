@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 from broker import (
+    Answer,
     ApprovalDecided,
     ApprovalGrant,
     ApprovalRequest,
@@ -382,3 +383,51 @@ async def test_the_inbox_answers_with_a_duration_or_for_the_project(
     assert first.expires_at_ms - first.at_ms == 1_800_000
     assert (second.command, second.rule_file) == ("make build", str(path))
     assert [r.command for r in load_rules(path)] == [("make", "build")]
+
+
+# -- what a person says with an answer -----------------------------------------------------------
+
+
+async def test_a_message_given_with_an_answer_is_logged_and_decided_with() -> None:
+    async def says(req: ApprovalRequest, next_: object) -> Answer:
+        await trio.lowlevel.checkpoint()
+        return Answer(outcome=Outcome.REJECTED, by="alice", message="use the staging db")
+
+    async with open_broker() as broker, broker.open_session() as session:
+        async with broker.answerer(says), session.turn():
+            decision = await broker.request_decision(ask(session, "psql prod"))
+        decided = [e for e in log_of(broker, session) if isinstance(e, ApprovalDecided)]
+    assert (decision.outcome, decision.answered_by, decision.message) == (
+        Outcome.REJECTED,
+        "alice",
+        "use the staging db",
+    )
+    assert decided[0].message == "use the staging db"
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "x" * 2001, "a\x00b", "lone \ud800", 3])
+def test_a_message_that_cannot_be_kept_is_refused_by_name(bad: object) -> None:
+    with pytest.raises(ValueError, match="message must be a non-empty UTF-8 text"):
+        Answer(outcome=Outcome.REJECTED, message=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "sqlite"])
+async def test_a_message_from_the_board_reaches_the_decision(
+    durable: bool, tmp_path: pathlib.Path
+) -> None:
+    store = tmp_path / "log.sqlite" if durable else None
+    with trio.fail_after(20):
+        async with open_broker(store=store) as broker, broker.open_session() as session:
+            remote = broker.remote_answerer()
+            async with broker.answerer(remote), session.turn(), trio.open_nursery() as nursery:
+                decisions = []
+
+                async def asking() -> None:
+                    decisions.append(await broker.request_decision(ask(session, "rm -r x")))
+
+                nursery.start_soon(asking)
+                [pending] = await _published(broker)
+                with pytest.raises(ValueError, match="message must be"):
+                    await broker.answer(pending.id, "rejected", by="al", message="\x00")
+                await broker.answer(pending.id, "rejected", by="al", message="not on Fridays")
+    assert decisions[0].message == "not on Fridays"

@@ -99,12 +99,24 @@ def test_an_answer_from_another_process_reaches_the_model(
             "Claude Code (session sess-1) in /work/project asks to run Bash: touch notes.md"
         )
         assert (row["tool"], row["callId"], row["always"]) == ("Bash", "toolu_1", "Bash: touch")
-        answered = broker("answer", str(running.store), row["id"], "reject", "--by", "alice")
+        assert row["agent"] == "Claude Code session sess-1"
+        assert row["reason"] == "write a file"  # the model's description of the call
+        assert row["arguments"] == {"command": "touch notes.md", "description": "write a file"}
+        listed = broker("pending", str(running.store)).stdout
+        assert "  agent: Claude Code session sess-1\n" in listed
+        assert '  arguments: {"command": "touch notes.md", "description": "write a file"}' in listed
+        answered = broker(
+            "answer", str(running.store), row["id"], "reject", "--by", "alice",
+            "--message", "use the notes/ folder instead",
+        )  # fmt: skip
         assert answered.returncode == 0, answered.stderr
         status, out, _ = finish(asking)
         assert status == 0
         assert decision(out)["permissionDecision"] == "deny"
-        assert decision(out)["permissionDecisionReason"].startswith("broker: rejected by alice")
+        assert decision(out)["permissionDecisionReason"] == (
+            "broker: rejected by alice: do not run this call; ask the user what to do instead; "
+            "they said: use the notes/ folder instead"
+        )
         # Allowed from elsewhere, "always" for the session: the next such call is a grant.
         asking = start_hook("claude-code", hook_input("touch a.md", call="toolu_2"), running.socket)
         (row,) = wait_pending(running.store)
@@ -116,6 +128,9 @@ def test_an_answer_from_another_process_reaches_the_model(
             "broker: allowed by a grant this session holds"
         )
     decided = pairs(running.store, "claude-code", "sess-1")
+    assert decided[0]["message"] == "use the notes/ folder instead"
+    shown = broker("log", "show", str(running.store), session_id_for("claude-code", "sess-1"))
+    assert "by alice [answerer: board] saying 'use the notes/ folder instead'" in shown.stdout
     assert [(d["outcome"], d["source"], d.get("answeredBy")) for d in decided] == [
         ("rejected", "answerer", "alice"),
         ("allowed-once", "answerer", "bob"),
@@ -343,3 +358,29 @@ def _refuses_another_uid(tmp_path: pathlib.Path) -> None:
     listed = broker("log", "show", str(running.store))
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.strip() == "no sessions"  # refused before any session was opened
+
+
+def test_the_board_shows_arguments_only_when_small_and_escaped() -> None:
+    from broker._remote import shown_arguments
+    from broker.inbox._wire import shown
+    from broker.store import SHOWN_ARGUMENTS, PendingQuestion
+
+    assert shown_arguments(None) is None
+    assert shown_arguments({"command": "ls", "n": [1, {"a": None}]}) == {
+        "command": "ls",
+        "n": [1, {"a": None}],
+    }
+    assert shown_arguments({"content": "x" * SHOWN_ARGUMENTS}) is None  # too large to show
+    question = PendingQuestion(
+        id="q",
+        session_id="s",
+        agent="a",
+        tool_name="Write",
+        asked_at_ms=0,
+        owner="o",
+        arguments={"path\u202e": ["\x1b[2J", {"k": "v\u202e"}], "n": 3},
+    )
+    assert shown(question).arguments == {
+        "path\\u202e": ["\\x1b[2J", {"k": "v\\u202e"}],
+        "n": 3,
+    }

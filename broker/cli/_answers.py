@@ -76,6 +76,11 @@ def register(sub: _Sub) -> None:
         "the question shows, e.g. 'bash: git status', where it offers it)",
     )
     answer.add_argument("--by", help="who answers (recorded as answeredBy)")
+    answer.add_argument(
+        "--message",
+        help="what you say with the answer: recorded, and given to the agent (a refused "
+        "call's result tells the model why)",
+    )
     scope = answer.add_mutually_exclusive_group()
     scope.add_argument(
         "--for",
@@ -121,6 +126,8 @@ def _row(question: PendingQuestion) -> dict[str, object]:
         "owner": question.owner,
         # What "always" would remember for the session (None: it is not offered).
         "always": question.always_rule if question.offers_always else None,
+        # The exact arguments the call runs with (when the asker gave them and they are small).
+        "arguments": question.arguments,
         # Where "always --project" would write it (None: not offered).
         "projectRules": question.project_rules if question.offers_always else None,
     }
@@ -144,6 +151,9 @@ def run_pending(args: argparse.Namespace) -> int:
         for key in (*keys, "projectRules"):
             if row[key] is not None:
                 print(f"  {key}: {printable(str(row[key]))}")
+        if row["arguments"] is not None:
+            shown = json.dumps(row["arguments"], ensure_ascii=False)
+            print(f"  arguments: {printable(shown)}")
         print(f"  askedAt: {row['askedAt']}  owner: {printable(str(row['owner']))}")
         if row["deadline"] is not None:
             print(f"  deadline: {row['deadline']}")
@@ -162,7 +172,7 @@ def run_answer(args: argparse.Namespace) -> int:
             "(or drop the option)"
         )
     board = board_for(args.store)
-    terms = _Terms(always, args.always_for, args.project)
+    terms = _Terms(always, args.always_for, args.project, args.message)
     settled = trio.run(_answer, board, args.question_id, outcome, args.by, args.wait, terms)
     shown = printable(args.question_id)
     if settled is None:
@@ -188,6 +198,7 @@ class _Terms:
     always: bool
     always_for: float | None
     project: bool
+    message: str | None
 
 
 async def _pending(board: AnswerBoard, session_id: str | None) -> list[PendingQuestion]:
@@ -214,6 +225,7 @@ async def _answer(
                 always=terms.always,
                 always_for=terms.always_for,
                 project=terms.project,
+                message=terms.message,
             )
         except ValueError as exc:
             raise CliError(str(exc)) from exc

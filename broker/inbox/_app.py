@@ -9,7 +9,7 @@ Routes (every one needs the token first — 401 and no data without it, :mod:`._
 ``GET /api/pending``      the pending questions now, as one JSON ``snapshot``
 ``GET /api/session?id=``  a session's log, asked/decided paired (:mod:`._timeline`; SQLite)
 ``POST /api/answer``      ``{"id", "outcome": "allowed-once"|"rejected", "by", "always"?,
-                          "alwaysFor"? (seconds), "project"?}`` with the
+                          "alwaysFor"? (seconds), "project"?, "message"?}`` with the
                           ``X-CSRF-Token`` header (403 without it, nothing recorded); 200 the
                           answer was taken, 409 refused naming what was recorded, 404 an unknown
                           id, 400 a bad body
@@ -297,6 +297,7 @@ class InboxApp:
                 always=body.always,
                 always_for=body.always_for,
                 project=body.project,
+                message=body.message,
             )
         except UnknownQuestionError as exc:
             return _problem(404, shown_name(str(exc)), body.id)

@@ -8,6 +8,7 @@ control characters, bidi overrides and invisible separators visibly (``\\x1b``, 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import attrs
 
@@ -91,6 +92,8 @@ class AnswerBody:
     always_for: float | None = None
     #: With ``always``: also write the rule to the project rules file the question names.
     project: bool = False
+    #: What the person says with the answer (given to the agent).
+    message: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -167,7 +170,19 @@ def shown(question: PendingQuestion) -> PendingQuestion:
         owner=printable(question.owner),
         always_rule=_text(question.always_rule),
         project_rules=_text(question.project_rules),
+        arguments=_escaped(question.arguments) if question.arguments is not None else None,
     )
+
+
+def _escaped(value: Any) -> Any:
+    """*value* (JSON) with every string, key or value, escaped for a person."""
+    if isinstance(value, str):
+        return printable(value, keep_newlines=True)
+    if isinstance(value, dict):
+        return {printable(str(k)): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def shown_name(by: str) -> str:

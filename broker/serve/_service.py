@@ -50,7 +50,13 @@ def session_id_for(agent: str, agent_session: str) -> str:
 
 
 def explain(decision: Decision) -> str:
-    """What the model reads about *decision* (the tool's result when it is refused)."""
+    """What the model reads about *decision* (the tool's result when it is refused), with what
+    the person who answered said."""
+    text = _explained(decision)
+    return f"{text}; they said: {decision.message}" if decision.message else text
+
+
+def _explained(decision: Decision) -> str:
     source, by = decision.source, decision.answered_by
     rule = decision.rule
     if source is Source.RULE and rule is not None:
@@ -125,13 +131,14 @@ class ApprovalService:
                 continue
             self._opening[sid] = trio.Event()
             try:
-                self._sessions[sid] = await self.nursery.start(self._hold, sid)
+                label = f"{question.agent_name} session {question.session}"
+                self._sessions[sid] = await self.nursery.start(self._hold, sid, label)
             finally:
                 self._opening.pop(sid).set()
         await trio.lowlevel.checkpoint()
         return session
 
-    async def _hold(self, sid: str, task_status: trio.TaskStatus[Session]) -> None:
+    async def _hold(self, sid: str, label: str, task_status: trio.TaskStatus[Session]) -> None:
         """Open (or resume) the session, hold its turn open until cancelled, then close it."""
         try:
             session = await self.broker.start_session(resume=sid)
@@ -139,6 +146,7 @@ class ApprovalService:
             if "is not in" not in str(exc):
                 raise  # held, but not resumable as it is: say so, never fork its log
             session = await self.broker.start_session(session_id=sid)
+        session.agent.label = label  # what people see where they answer
         try:
             async with session.turn():
                 task_status.started(session)

@@ -9,6 +9,7 @@ store adds its SQL and connection in its own folder: :mod:`broker.store.sqlite`,
 
 # For the other packages of broker (their front door into this one); not part of the
 # public API, so not in __all__.
+from ._board import SHOWN_ARGUMENTS as SHOWN_ARGUMENTS
 from ._board import AnswerBoard as AnswerBoard
 from ._board import AnswerRefusedError as AnswerRefusedError
 from ._board import GrantRevocation as GrantRevocation

@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from .._codec import utf8_encodable
+from .._decision import check_message
 from .._errors import BrokerError
 from .._vocabulary import Outcome
 
@@ -51,11 +52,15 @@ __all__ = [
     "check_answer",
     "check_by",
     "check_grant_id",
+    "check_message",
     "remember_terms",
 ]
 
 #: The outcomes a person can give from elsewhere; ``cancelled``/``unavailable`` are the asker's.
 ANSWERABLE = frozenset({Outcome.ALLOWED_ONCE, Outcome.REJECTED})
+#: The largest arguments (as JSON) a question on the board shows; larger ones are left out
+#: (the log keeps their digest, the display reason names the command).
+SHOWN_ARGUMENTS = 16_384
 #: The longest ``by`` a board stores (as :class:`broker.Answer` allows).
 MAX_BY = 200
 
@@ -106,6 +111,9 @@ class PendingQuestion:
     #: The project rules file "always, for the project" appends ``always_rule`` to (None: only
     #: the session's scope is offered).
     project_rules: str | None = None
+    #: The exact arguments the call will run with, when the request carries them and they are
+    #: small enough to show (:data:`SHOWN_ARGUMENTS` bytes of JSON); presentation only.
+    arguments: dict[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -122,6 +130,8 @@ class RemoteAnswer:
     always_for_ms: int | None = None
     #: With ``always``: remember the rule in the project rules file too.
     project: bool = False
+    #: What the person said with the answer (it reaches the agent with the outcome).
+    message: str | None = None
 
     def how(self) -> str | None:
         """The remembering terms as one stored text (None: none beyond ``always``):
@@ -292,11 +302,13 @@ class AnswerBoard(Protocol):
         always: bool = False,
         always_for: float | None = None,
         project: bool = False,
+        message: str | None = None,
     ) -> RemoteAnswer:
         """Give the first answer to *question_id*; return it once durable. *always* (with
         ``allowed-once``, where the question offers it) asks the asker to remember the rule the
         question shows: for *always_for* seconds (None: the asker's default), or in the
-        project's rules file with *project* (where the question offers it).
+        project's rules file with *project* (where the question offers it). *message* is what
+        the person says with it (:func:`broker.check_message`): the agent is told it.
 
         Raises :class:`AnswerRefusedError` (naming what was recorded) when the question was
         answered already or is settled, :class:`UnknownQuestionError` for an id never put up,

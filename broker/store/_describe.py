@@ -120,6 +120,8 @@ def _decided(entry: TimelineEntry, event: ApprovalDecided) -> str:
         flags.insert(0, source)
     if flags:
         text += " [" + ", ".join(flags) + "]"
+    if event.message is not None:
+        text += f" saying {event.message!r}"
     if entry.pair_seq is None:
         return text + " (no matching ask)"
     if entry.duration_ms is None:

@@ -24,6 +24,7 @@ from ._board import (
     check_answer,
     check_by,
     check_grant_id,
+    check_message,
     remember_terms,
 )
 
@@ -155,10 +156,12 @@ class MemoryBoard:
         always: bool = False,
         always_for: float | None = None,
         project: bool = False,
+        message: str | None = None,
     ) -> RemoteAnswer:
         """Give the first answer. Cancellation: a plain checkpoint, before anything changes."""
         value = check_answer(outcome, by)
         lasts_ms = remember_terms(always, always_for, project)
+        check_message(message)
         await trio.lowlevel.checkpoint()
         entry = self._entries.get(question_id)
         refused = refusal(question_id, entry.status() if entry is not None else None)
@@ -174,6 +177,7 @@ class MemoryBoard:
             always=always,
             always_for_ms=lasts_ms,
             project=project,
+            message=message,
         )
         entry.answered.set()
         return entry.answer

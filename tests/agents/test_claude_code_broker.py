@@ -94,13 +94,18 @@ def test_a_reject_from_another_process_stops_the_call_and_the_model_reads_it(
                 (row,) = wait_pending(running.store)
                 assert row["displayReason"].startswith("Claude Code (session ")
                 assert row["displayReason"].endswith(f"asks to run Bash: {COMMAND}")
-                answered = broker("answer", str(running.store), row["id"], "reject", "--by", "al")
+                answered = broker(
+                    "answer", str(running.store), row["id"], "reject", "--by", "al",
+                    "--message", "write it under notes/",
+                )  # fmt: skip
                 assert answered.returncode == 0, answered.stderr
             finally:
                 agent.join(90)
             [completed] = runs
             assert not (work / "out.txt").exists()
-            assert "broker: rejected by al" in first_result(api)
+            told = first_result(api)
+            assert "broker: rejected by al" in told
+            assert told.endswith("they said: write it under notes/")
     [pair] = decided(running.store, completed)
     assert (pair["outcome"], pair["answeredBy"]) == ("rejected", "al")
 

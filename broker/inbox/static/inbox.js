@@ -46,6 +46,7 @@ function card(q) {
   head.append(text("span", "waited", ""), text("span", "deadline", ""));
   const facts = document.createElement("dl");
   field(facts, "Reason", q.reason);
+  if (q.arguments) field(facts, "Arguments", JSON.stringify(q.arguments, null, 1));
   field(facts, "Shown as", q.displayReason);
   field(facts, "Session", q.sessionId);
   const sessionLink = text("a", "session-link", q.sessionId);
@@ -89,7 +90,13 @@ function card(q) {
       actions.append(project);
     }
   }
-  actions.append(reject, text("span", "result", ""));
+  // What the person says with the answer reaches the agent (a refused call's result).
+  const message = document.createElement("input");
+  message.className = "message";
+  message.maxLength = 2000;
+  message.placeholder = "message to the agent (optional)";
+  message.setAttribute("aria-label", "message to the agent");
+  actions.append(reject, message, text("span", "result", ""));
   li.append(head, facts, actions);
   return li;
 }
@@ -166,6 +173,7 @@ async function answer(id, outcome, terms = null) {
     return;
   }
   localStorage.setItem("broker-inbox-by", by);
+  const said = entry.card.querySelector(".message").value.trim();
   const buttons = entry.card.querySelectorAll(".actions button");
   for (const b of buttons) b.disabled = true;
   result.textContent = "sending…";
@@ -175,7 +183,7 @@ async function answer(id, outcome, terms = null) {
     const response = await fetch("/api/answer", {
       method: "POST",
       headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
-      body: JSON.stringify({ id, outcome, by, ...(terms || {}) }),
+      body: JSON.stringify({ id, outcome, by, ...(said ? { message: said } : {}), ...(terms || {}) }),
       credentials: "same-origin",
     });
     status = response.status;

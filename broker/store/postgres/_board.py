@@ -52,6 +52,7 @@ from .._board import (
     check_answer,
     check_by,
     check_grant_id,
+    check_message,
     remember_terms,
 )
 from .._memory_board import refusal
@@ -94,6 +95,7 @@ _DDL = (
     # Boards made before answers had terms (always for 30m, for the project) get the column;
     # their rows keep NULL: a plain always.
     "ALTER TABLE {s}.board_answers ADD COLUMN IF NOT EXISTS always_how text",
+    "ALTER TABLE {s}.board_answers ADD COLUMN IF NOT EXISTS message text",
     _REVOCATIONS_DDL,
 )
 # Which events of a question's session may hold its decided: those after the seq its log had
@@ -109,7 +111,7 @@ _AFTER = (
 #: events :data:`_AFTER` allows that contain the question's id are parsed as JSON.
 _STATUS = (
     "SELECT q.question, a.question_id, a.outcome, a.answered_by, a.answered_ms, a.always, "
-    "a.always_how, "
+    "a.always_how, a.message, "
     "(SELECT e.line::jsonb->'data'->>'outcome' FROM {s}.events e "
     f"WHERE {_AFTER}"
     "AND strpos(e.line, q.id) > 0 "
@@ -121,7 +123,7 @@ _STATUS = (
 #: Store an answer (and notify the asker) iff the question is on the board, unanswered and not
 #: decided in the log; no row back means nothing was stored. Run by :mod:`._native` (libpq
 #: placeholders): $1 id, $2 always, $3 outcome, $4 answered by, $5 answered at, $6 channel,
-#: $7 payload, $8 the answer's terms (:meth:`RemoteAnswer.how`).
+#: $7 payload, $8 the answer's terms (:meth:`RemoteAnswer.how`), $9 its message.
 _ANSWER = (
     "WITH open AS (SELECT q.id FROM {s}.board_questions q WHERE q.id = $1 "
     "AND NOT EXISTS (SELECT 1 FROM {s}.board_answers a WHERE a.question_id = q.id) "
@@ -133,7 +135,8 @@ _ANSWER = (
     "AND ($8::text IS DISTINCT FROM 'project' "
     "OR q.question::jsonb->>'projectRules' IS NOT NULL)), "
     "stored AS (INSERT INTO {s}.board_answers (question_id, outcome, answered_by, answered_ms, "
-    "always, always_how) SELECT id, $3::text, $4::text, $5::bigint, $2::boolean, $8::text "
+    "always, always_how, message) SELECT id, $3::text, $4::text, $5::bigint, $2::boolean, "
+    "$8::text, $9::text "
     "FROM open "
     "ON CONFLICT (question_id) DO NOTHING RETURNING question_id) "
     "SELECT pg_notify($6::text, $7::text) FROM stored"
@@ -163,15 +166,18 @@ def _column_exists(conn: Connection[Any], schema: str, table: str, column: str) 
 
 
 def _answer_from(row: tuple[Any, ...] | list[Any]) -> RemoteAnswer:
-    # Five fields from a broker before answers had terms (a notification's payload), else six.
+    # Five fields from a broker before answers had terms (a notification's payload), six
+    # before they had messages, else seven.
     question_id, outcome, by, at_ms, always, *rest = row
     how = rest[0] if rest and isinstance(rest[0], str) else None
+    message = rest[1] if len(rest) > 1 and isinstance(rest[1], str) else None
     return RemoteAnswer(
         question_id=str(question_id),
         outcome=Outcome(outcome),
         by=by,
         answered_at_ms=int(at_ms),
         always=bool(always),
+        message=message,
         **answer_terms(how),
     )
 
@@ -288,10 +294,10 @@ class PostgresBoard:
                 id=question_id, session_id="", agent="", tool_name="?", asked_at_ms=0, owner=""
             )
             return QuestionStatus(question=stub, settled=Outcome(decided[0]))
-        text, answered_id, outcome, by, at_ms, always, how, decided_as = row
+        text, answered_id, outcome, by, at_ms, always, how, message, decided_as = row
         question = converter.structure(json.loads(text), PendingQuestion)
         answer = (
-            _answer_from((answered_id, outcome, by, at_ms, always, how))
+            _answer_from((answered_id, outcome, by, at_ms, always, how, message))
             if answered_id is not None
             else None
         )
@@ -381,11 +387,13 @@ class PostgresBoard:
         always: bool = False,
         always_for: float | None = None,
         project: bool = False,
+        message: str | None = None,
     ) -> RemoteAnswer:
         """Give the first answer, atomically, and notify the asker (module doc).
         Cancellation: waits for the transaction."""
         value = check_answer(outcome, by)
         lasts_ms = remember_terms(always, always_for, project)
+        check_message(message)
         if always and value is not Outcome.ALLOWED_ONCE:
             raise ValueError(
                 "always must only be given with allowed-once: always-allow remembers an allow"
@@ -410,9 +418,12 @@ class PostgresBoard:
             always=always,
             always_for_ms=lasts_ms,
             project=project,
+            message=message,
         )
         how = answer.how()
-        payload = json.dumps([question_id, value.value, by, answer.answered_at_ms, always, how])
+        payload = json.dumps(
+            [question_id, value.value, by, answer.answered_at_ms, always, how, message]
+        )
         params = encode_params(
             [
                 question_id,
@@ -423,6 +434,7 @@ class PostgresBoard:
                 self.channel,
                 payload,
                 how,
+                message,
             ]
         )
         async with self._lock:
@@ -609,7 +621,7 @@ class PostgresBoard:
             while (notify := pgconn.notifies()) is not None:
                 try:
                     fields = json.loads(notify.extra)
-                    if not isinstance(fields, list) or len(fields) not in (5, 6):
+                    if not isinstance(fields, list) or len(fields) not in (5, 6, 7):
                         raise ValueError(notify.extra)
                     self._deliver(_answer_from(fields))
                 except (ValueError, TypeError):
@@ -626,8 +638,8 @@ class PostgresBoard:
                 return []
             rows = conn.execute(
                 self._q(
-                    "SELECT question_id, outcome, answered_by, answered_ms, always, always_how "
-                    "FROM {s}.board_answers WHERE question_id = ANY(%s)"
+                    "SELECT question_id, outcome, answered_by, answered_ms, always, always_how, "
+                    "message FROM {s}.board_answers WHERE question_id = ANY(%s)"
                 ),
                 (ids,),
             )

@@ -45,6 +45,7 @@ from .._board import (
     check_answer,
     check_by,
     check_grant_id,
+    check_message,
     remember_terms,
 )
 from .._memory_board import refusal
@@ -102,14 +103,17 @@ def _question_from(text: str) -> PendingQuestion:
     return converter.structure(json.loads(text), PendingQuestion)
 
 
-def _answer_from(row: tuple[str, str, str | None, int, int, str | None]) -> RemoteAnswer:
-    question_id, outcome, by, at_ms, always, how = row
+def _answer_from(
+    row: tuple[str, str, str | None, int, int, str | None, str | None],
+) -> RemoteAnswer:
+    question_id, outcome, by, at_ms, always, how, message = row
     return RemoteAnswer(
         question_id=question_id,
         outcome=Outcome(outcome),
         by=by,
         answered_at_ms=at_ms,
         always=bool(always),
+        message=message,
         **answer_terms(how),
     )
 
@@ -135,7 +139,7 @@ def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None
         _DECIDED_IN_SESSION, (question.session_id, question.asked_at_ms, question_id)
     ).fetchone()
     answer_row = conn.execute(
-        "SELECT question_id, outcome, answered_by, answered_ms, always, always_how "
+        "SELECT question_id, outcome, answered_by, answered_ms, always, always_how, message "
         "FROM board_answers WHERE question_id = ?",
         (question_id,),
     ).fetchone()
@@ -234,10 +238,12 @@ class SqliteBoard:
         always: bool = False,
         always_for: float | None = None,
         project: bool = False,
+        message: str | None = None,
     ) -> RemoteAnswer:
         """Give the first answer, atomically (module doc). Cancellation: waits for the write."""
         value = check_answer(outcome, by)
         lasts_ms = remember_terms(always, always_for, project)
+        check_message(message)
 
         def write(conn: sqlite3.Connection) -> RemoteAnswer:
             conn.execute("BEGIN IMMEDIATE")
@@ -256,10 +262,11 @@ class SqliteBoard:
                     always=always,
                     always_for_ms=lasts_ms,
                     project=project,
+                    message=message,
                 )
                 conn.execute(
                     "INSERT INTO board_answers (question_id, outcome, answered_by, answered_ms, "
-                    "always, always_how) VALUES (?, ?, ?, ?, ?, ?)",
+                    "always, always_how, message) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
                         question_id,
                         value.value,
@@ -267,6 +274,7 @@ class SqliteBoard:
                         answer.answered_at_ms,
                         int(always),
                         answer.how(),
+                        message,
                     ),
                 )
                 conn.execute("COMMIT")
@@ -388,7 +396,8 @@ class SqliteBoard:
                 found += [
                     _answer_from(row)
                     for row in conn.execute(
-                        "SELECT question_id, outcome, answered_by, answered_ms, always, always_how "
+                        "SELECT question_id, outcome, answered_by, answered_ms, always, "
+                        "always_how, message "
                         f"FROM board_answers WHERE question_id IN ({marks})",
                         chunk,
                     )

@@ -88,7 +88,8 @@ BOARD_DDL = (
         answered_by TEXT,
         answered_ms INTEGER NOT NULL,
         always INTEGER NOT NULL DEFAULT 0,
-        always_how TEXT
+        always_how TEXT,
+        message TEXT
     )""",
     # Grants revoked from elsewhere (broker grants revoke); the first revocation stands.
     """CREATE TABLE IF NOT EXISTS board_revocations (
@@ -247,11 +248,12 @@ def connect_writer(path: str, synchronous: Synchronous) -> sqlite3.Connection:
         conn.execute("BEGIN IMMEDIATE")
         for statement in BOARD_DDL:
             conn.execute(statement)
-        # A board made before answers had terms (always for 30m, for the project) gains the
-        # column; its rows keep NULL: a plain always.
+        # A board made before answers had terms (always for 30m, for the project) or messages
+        # gains the columns; its rows keep NULL: a plain always, no message.
         columns = {row[1] for row in conn.execute("PRAGMA table_info(board_answers)")}
-        if "always_how" not in columns:
-            conn.execute("ALTER TABLE board_answers ADD COLUMN always_how TEXT")
+        for column in ("always_how", "message"):
+            if column not in columns:
+                conn.execute(f"ALTER TABLE board_answers ADD COLUMN {column} TEXT")
         conn.execute("COMMIT")
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         if str(mode).lower() != "wal":
