@@ -27,6 +27,7 @@ that covers your case — ``BrokerError`` covers everything the package raises o
     │   ├── SessionExistsError           a session id is taken
     │   └── ConnectionLost               the database connection dropped
     │       └── LeasesLost               ... for longer than the leases live
+    ├── PeopleExistsError (ValueError)   a person of that name is registered  [store]
     ├── AnswerRefusedError               an answer from elsewhere was not taken  [store]
     │   └── UnknownQuestionError         no such question was put up
     ├── LogToolError                     ``broker log`` cannot do it          [store]

@@ -28,6 +28,8 @@ class Service:
         self.store = store
         self.socket = socket
         self.process = process
+        #: What it wrote on stderr up to "listening on" (the inbox's address, with --inbox).
+        self.banner: list[str] = []
 
     def stop(self) -> str:
         """SIGTERM, wait, and return what it wrote on stderr."""
@@ -57,6 +59,7 @@ def service(
         assert process.stderr is not None
         while time.monotonic() < deadline:
             line = process.stderr.readline()
+            running.banner.append(line)
             if "listening on" in line:
                 break
             if not line and process.poll() is not None:

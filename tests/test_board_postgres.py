@@ -154,3 +154,32 @@ async def test_a_board_an_older_broker_made_gains_the_column_when_first_answered
             "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'broker' "
             "AND table_name = 'board_questions' AND column_name = 'after_seq'"
         ).fetchone() == (1,)
+
+
+async def test_a_board_made_before_answers_had_terms_gains_their_columns(
+    postgres_dsn: str,
+) -> None:
+    """A board of the version before answers had terms and messages (and before people):
+    the first answer from a new process brings it up to date, and the terms arrive."""
+
+    def older_board(question_id: str) -> None:
+        with psycopg.connect(postgres_dsn) as conn:
+            conn.execute("ALTER TABLE broker.board_answers DROP COLUMN always_how")
+            conn.execute("ALTER TABLE broker.board_answers DROP COLUMN message")
+            conn.execute("DROP TABLE broker.board_people")
+
+    async def answer_from_a_new_process(
+        broker: Broker, question_id: str, _signal: AbortSignal, outcomes: list[Outcome]
+    ) -> None:
+        board = answer_board(postgres_dsn)
+        try:
+            await board.answer(question_id, Outcome.REJECTED, by="carol", message="not now")
+        finally:
+            await board.aclose()
+        await _returned(outcomes)
+
+    assert await _asking(postgres_dsn, older_board, answer_from_a_new_process) == [Outcome.REJECTED]
+    with psycopg.connect(postgres_dsn) as conn:
+        assert conn.execute(
+            "SELECT message FROM broker.board_answers WHERE answered_by = 'carol'"
+        ).fetchone() == ("not now",)

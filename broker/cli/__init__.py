@@ -8,7 +8,20 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _acp, _answers, _chaos, _demo, _grants, _hooks, _inbox, _log, _mcp, _rules, _serve
+from . import (
+    _acp,
+    _answers,
+    _chaos,
+    _demo,
+    _grants,
+    _hooks,
+    _inbox,
+    _log,
+    _mcp,
+    _people,
+    _rules,
+    _serve,
+)
 from ._errors import EXIT_USAGE, run_command
 
 __all__ = ["main"]
@@ -64,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     _rules.register(sub)
     _grants.register(sub)
     _serve.register(sub)
+    _people.register(sub)
     hook = sub.add_parser(
         "hook",
         help="answer a Claude Code or Codex hook by asking broker serve (never fails open)",

@@ -14,6 +14,11 @@ A question waits here when the asking broker has a remote answerer in its waterf
 records answeredBy and settles the question. broker answer then waits (--wait seconds) to
 report what was recorded.
 
+Who answers: with a personal token (broker people add), read from --token-file FILE (yours,
+closed to others) or $BROKER_TOKEN, the person it belongs to (never from the command line,
+where ps shows it). Without one, on a store that is a local file you can write, your OS user
+(uid:NAME). --by NAME is a free name only on a store with no people registered.
+
 Exit status: 0 the answer was taken (and, if it settled within --wait, decided the question);
 1 it was refused (answered already, settled — named — or an unknown id) or the question settled
 otherwise before the answer was read; 2 the command could not run (usage, the store).
@@ -24,6 +29,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
+import pathlib
+import pwd
 import sys
 from typing import TYPE_CHECKING
 
@@ -32,6 +40,7 @@ import trio
 
 from .._codec import utf8_safe
 from .._display import printable
+from .._private_files import check_secret_file
 from .._vocabulary import Outcome
 from ..store import board_for
 from ._errors import EXIT_CHECK_FAILED, EXIT_OK, CliError
@@ -75,7 +84,18 @@ def register(sub: _Sub) -> None:
         help="allow (once), reject, or always (allow, and remember for the session the rule "
         "the question shows, e.g. 'bash: git status', where it offers it)",
     )
-    answer.add_argument("--by", help="who answers (recorded as answeredBy)")
+    answer.add_argument(
+        "--by",
+        help="who answers, as a free name (only on a store with no people registered; "
+        "otherwise your token says who you are)",
+    )
+    answer.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="your personal token (broker people add), in a file only you can read; or set "
+        "BROKER_TOKEN",
+    )
+    answer.add_argument("--token", help=argparse.SUPPRESS)  # refused: ps shows argv
     answer.add_argument(
         "--message",
         help="what you say with the answer: recorded, and given to the agent (a refused "
@@ -171,9 +191,21 @@ def run_answer(args: argparse.Namespace) -> int:
             f"--for and --project qualify an always answer, not {args.verb}: answer always "
             "(or drop the option)"
         )
+    if args.token is not None:
+        raise CliError(
+            "--token: a token never goes on the command line, where ps and shell history show "
+            "it: put it in a file only you can read and pass --token-file FILE, or set "
+            "BROKER_TOKEN"
+        )
+    token = _token(args.token_file)
     board = board_for(args.store)
     terms = _Terms(always, args.always_for, args.project, args.message)
-    settled = trio.run(_answer, board, args.question_id, outcome, args.by, args.wait, terms)
+    identity = _Identity(token=token, by=args.by, store=args.store)
+    try:
+        settled = trio.run(_answer, board, args.question_id, outcome, identity, args.wait, terms)
+    except _Refused as exc:
+        print(f"broker answer: {exc}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     shown = printable(args.question_id)
     if settled is None:
         print(
@@ -182,7 +214,8 @@ def run_answer(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if settled.settled is outcome:
-        by = f" by {printable(args.by)}" if args.by else ""
+        who = settled.answer.by if settled.answer is not None else None
+        by = f" by {printable(who)}" if who else ""
         print(f"question {shown}: {outcome.value}{by}")
         return EXIT_OK
     recorded = settled.settled.value if settled.settled is not None else "?"
@@ -208,16 +241,87 @@ async def _pending(board: AnswerBoard, session_id: str | None) -> list[PendingQu
         await board.aclose()
 
 
+def _token(path: str | None) -> str | None:
+    """The personal token from *path* (checked private) or ``$BROKER_TOKEN``, or None."""
+    if path is not None:
+        try:
+            check_secret_file(path, "--token-file")
+            text = pathlib.Path(path).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            raise CliError(
+                f"--token-file {path}: no such file: pass the file you saved it in"
+            ) from None
+        except PermissionError as exc:
+            raise CliError(str(exc)) from None
+        if not text:
+            raise CliError(f"--token-file {path}: the file is empty: put your token in it")
+        return text
+    return os.environ.get("BROKER_TOKEN") or None
+
+
+@attrs.frozen
+class _Identity:
+    token: str | None
+    by: str | None
+    store: str
+
+    async def who(self, board: AnswerBoard) -> str | None:
+        """Who answers (module doc), or :class:`CliError` naming why no one may."""
+        if self.token is not None:
+            person = await board.identify(self.token)
+            if person is None:
+                raise _Refused(
+                    "the token is no one's on this store (removed, or from another store): "
+                    "ask for a new one (broker people add)"
+                )
+            if self.by is not None and self.by != person.name:
+                raise _Refused(f"--by {self.by!r}: your token says you are {person.name}")
+            return person.name
+        registered = bool(await board.people())
+        os_user = _os_user(self.store)
+        if registered and self.by is not None:
+            raise _Refused(
+                "this store has registered people: --by names no one; identify yourself with "
+                "--token-file FILE (or BROKER_TOKEN)"
+            )
+        if self.by is not None:
+            return self.by
+        if os_user is None and registered:
+            raise _Refused(
+                "this store has registered people: identify yourself with --token-file FILE "
+                "(or BROKER_TOKEN)"
+            )
+        return os_user
+
+
+class _Refused(Exception):
+    """No one may answer as things stand (exit 1, naming why)."""
+
+
+def _os_user(store: str) -> str | None:
+    """``uid:NAME`` of this process's user when *store* is a local file it can write (what
+    that user could change anyway), else None."""
+    path = store.removeprefix("sqlite://") if store.startswith("sqlite:///") else store
+    if "://" in path or not os.path.isfile(path) or not os.access(path, os.W_OK):
+        return None
+    try:
+        name = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        name = str(os.geteuid())
+    return f"uid:{name}"
+
+
 async def _answer(
     board: AnswerBoard,
     question_id: str,
     outcome: Outcome,
-    by: str | None,
+    identity: _Identity,
     wait: float,
     terms: _Terms,
 ) -> QuestionStatus | None:
     try:
         try:
+            by = await identity.who(board)
             await board.answer(
                 question_id,
                 outcome,

@@ -45,6 +45,12 @@ from ._logtools import verify_store as verify_store
 from ._memory import MemoryStore as MemoryStore
 from ._memory_board import MemoryBoard as MemoryBoard
 from ._open import open_store as open_store
+from ._people import PeopleExistsError as PeopleExistsError
+from ._people import Person as Person
+from ._people import check_group as check_group
+from ._people import check_person_name as check_person_name
+from ._people import new_token as new_token
+from ._people import token_hash as token_hash
 from ._protocol import Durability as Durability
 from ._protocol import EventStore as EventStore
 from ._protocol import SessionFencedError as SessionFencedError
@@ -64,6 +70,7 @@ from ._rows import StoreReader as StoreReader
 from ._stage import SessionExistsError as SessionExistsError
 from ._url import ACCEPTED_STORE_FORMS as ACCEPTED_STORE_FORMS
 from ._url import PostgresUrl as PostgresUrl
+from ._url import SqliteUrl as SqliteUrl
 from ._url import StoreUrlError as StoreUrlError
 from ._url import parse_store_url as parse_store_url
 from ._url import redact_dsn as redact_dsn

@@ -36,6 +36,7 @@ from .._codec import utf8_encodable
 from .._decision import check_message
 from .._errors import BrokerError
 from .._vocabulary import Outcome
+from ._people import Person
 
 __all__ = [
     "ANSWERABLE",
@@ -342,6 +343,26 @@ class AnswerBoard(Protocol):
 
     async def grant_revocation(self, grant_id: str) -> GrantRevocation | None:
         """The revocation recorded for *grant_id*, if any. Cancellation: nothing changes."""
+        ...
+
+    async def add_person(self, person: Person) -> None:
+        """Register *person* (:mod:`broker.store._people`), known to every process on the
+        store; :class:`PeopleExistsError` if the name is taken. Cancellation: the person may
+        or may not have been stored."""
+        ...
+
+    async def remove_person(self, name: str) -> bool:
+        """Remove *name*: their token stops working at once, everywhere. Whether someone was
+        removed. Cancellation: it may or may not have happened."""
+        ...
+
+    async def people(self) -> list[Person]:
+        """Everyone registered, by name. Cancellation: nothing changes."""
+        ...
+
+    async def identify(self, token: str) -> Person | None:
+        """The person whose token *token* is (read from the store each time: no cache), or
+        None. Cancellation: nothing changes."""
         ...
 
     async def aclose(self) -> None:

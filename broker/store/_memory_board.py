@@ -27,6 +27,7 @@ from ._board import (
     check_message,
     remember_terms,
 )
+from ._people import PeopleExistsError, Person, token_hash
 
 __all__ = ["MemoryBoard", "refusal", "shown_id"]
 
@@ -94,6 +95,35 @@ class MemoryBoard:
     _entries: dict[str, _Entry] = attrs.field(factory=dict, init=False)
     _settled_order: collections.deque[str] = attrs.field(factory=collections.deque, init=False)
     _revoked: dict[str, GrantRevocation] = attrs.field(factory=dict, init=False)
+    _people: dict[str, Person] = attrs.field(factory=dict, init=False)
+
+    async def add_person(self, person: Person) -> None:
+        """Register *person*. Cancellation: a plain checkpoint, before anything changes."""
+        await trio.lowlevel.checkpoint()
+        if person.name in self._people or any(
+            p.token_hash == person.token_hash for p in self._people.values()
+        ):
+            raise PeopleExistsError(
+                f"{person.name!r} is registered already: broker people remove {person.name} "
+                "first, to give them a new token"
+            )
+        self._people[person.name] = person
+
+    async def remove_person(self, name: str) -> bool:
+        """Remove *name*. Cancellation: a plain checkpoint, before anything changes."""
+        await trio.lowlevel.checkpoint()
+        return self._people.pop(name, None) is not None
+
+    async def people(self) -> list[Person]:
+        """Everyone registered, by name. Cancellation: a plain checkpoint."""
+        await trio.lowlevel.checkpoint()
+        return [self._people[name] for name in sorted(self._people)]
+
+    async def identify(self, token: str) -> Person | None:
+        """The person whose token *token* is. Cancellation: a plain checkpoint."""
+        await trio.lowlevel.checkpoint()
+        digest = token_hash(token)
+        return next((p for p in self._people.values() if p.token_hash == digest), None)
 
     async def revoke_grant(self, grant_id: str, by: str | None) -> GrantRevocation:
         """Record the revocation (the first stands). Cancellation: a plain checkpoint, before

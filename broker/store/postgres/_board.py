@@ -56,6 +56,7 @@ from .._board import (
     remember_terms,
 )
 from .._memory_board import refusal
+from .._people import PeopleExistsError, Person, token_hash
 from .._protocol import StoreError
 from .._requests import wall_clock_ms
 from .._url import redact_dsn
@@ -96,6 +97,13 @@ _DDL = (
     # their rows keep NULL: a plain always.
     "ALTER TABLE {s}.board_answers ADD COLUMN IF NOT EXISTS always_how text",
     "ALTER TABLE {s}.board_answers ADD COLUMN IF NOT EXISTS message text",
+    # People who may answer (broker people add): a name, groups, their token's hash.
+    """CREATE TABLE IF NOT EXISTS {s}.board_people (
+        name text PRIMARY KEY,
+        groups text NOT NULL,
+        token_hash text NOT NULL UNIQUE,
+        added_ms bigint NOT NULL
+    )""",
     _REVOCATIONS_DDL,
 )
 # Which events of a question's session may hold its decided: those after the seq its log had
@@ -163,6 +171,14 @@ def _column_exists(conn: Connection[Any], schema: str, table: str, column: str) 
         (schema, table, column),
     ).fetchone()
     return row is not None
+
+
+def _person(row: tuple[Any, ...]) -> Person:
+    name, groups, digest, added_ms = row
+    return Person(
+        name=str(name), groups=tuple(json.loads(groups)), token_hash=str(digest),
+        added_ms=int(added_ms),
+    )  # fmt: skip
 
 
 def _answer_from(row: tuple[Any, ...] | list[Any]) -> RemoteAnswer:
@@ -273,10 +289,19 @@ class PostgresBoard:
 
     def _has_board(self, conn: Connection[Any]) -> bool:
         if not self._ensured and _table_exists(conn, self.schema, "board_answers"):
-            if _column_exists(conn, self.schema, "board_questions", "after_seq"):
+            # Every part added since the first board (a question's after_seq, an answer's terms
+            # and message, the people): all there, or made by an older broker, which the
+            # idempotent DDL brings up to date, once.
+            current = (
+                _column_exists(conn, self.schema, "board_questions", "after_seq")
+                and _column_exists(conn, self.schema, "board_answers", "always_how")
+                and _column_exists(conn, self.schema, "board_answers", "message")
+                and _table_exists(conn, self.schema, "board_people")
+            )
+            if current:
                 self._ensured = True
             else:
-                self._ensure(conn)  # made by an older broker: add the column, once
+                self._ensure(conn)
         return self._ensured
 
     def _status(self, conn: Connection[Any], question_id: str) -> QuestionStatus | None:
@@ -320,6 +345,80 @@ class PostgresBoard:
             )
 
         await self._run(write)
+
+    # -- people (broker.store._people) -----------------------------------------------------------
+
+    async def add_person(self, person: Person) -> None:
+        """Register *person* for every host on this database (:class:`PeopleExistsError` if
+        the name is taken). Cancellation: waits for the transaction."""
+
+        def write(conn: Connection[Any]) -> None:
+            if not self._has_board(conn):
+                self._ensure(conn)
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        self._q(
+                            "INSERT INTO {s}.board_people (name, groups, token_hash, added_ms) "
+                            "VALUES (%s, %s, %s, %s)"
+                        ),
+                        (person.name, json.dumps(person.groups), person.token_hash,
+                         person.added_ms),
+                    )  # fmt: skip
+            except psycopg.errors.UniqueViolation:
+                raise PeopleExistsError(
+                    f"{person.name!r} is registered already: broker people remove "
+                    f"{person.name} first, to give them a new token"
+                ) from None
+
+        await self._run(write)
+
+    async def remove_person(self, name: str) -> bool:
+        """Remove *name*, for every host at once. Cancellation: waits for the transaction."""
+
+        def write(conn: Connection[Any]) -> bool:
+            if not self._has_board(conn):
+                return False
+            with conn.transaction():
+                cursor = conn.execute(
+                    self._q("DELETE FROM {s}.board_people WHERE name = %s"), (name,)
+                )
+            return cursor.rowcount > 0
+
+        return await self._run(write)
+
+    async def people(self) -> list[Person]:
+        """Everyone registered, by name. Cancellation: waits for the read."""
+
+        def read(conn: Connection[Any]) -> list[Person]:
+            if not self._has_board(conn):
+                return []
+            rows = conn.execute(
+                self._q(
+                    "SELECT name, groups, token_hash, added_ms FROM {s}.board_people ORDER BY name"
+                )
+            ).fetchall()
+            return [_person(row) for row in rows]
+
+        return await self._run(read)
+
+    async def identify(self, token: str) -> Person | None:
+        """The person whose token *token* is, or None. Cancellation: waits for the read."""
+        digest = token_hash(token)
+
+        def read(conn: Connection[Any]) -> Person | None:
+            if not self._has_board(conn):
+                return None
+            row = conn.execute(
+                self._q(
+                    "SELECT name, groups, token_hash, added_ms FROM {s}.board_people "
+                    "WHERE token_hash = %s"
+                ),
+                (digest,),
+            ).fetchone()
+            return None if row is None else _person(row)
+
+        return await self._run(read)
 
     async def revoke_grant(self, grant_id: str, by: str | None) -> GrantRevocation:
         """Record the revocation, atomically (the first stands), for every host on this

@@ -49,9 +49,10 @@ from .._board import (
     remember_terms,
 )
 from .._memory_board import refusal
+from .._people import PeopleExistsError, Person, token_hash
 from .._protocol import StoreError
 from .._requests import wall_clock_ms
-from ._schema import connect_reader
+from ._schema import PEOPLE_DDL, connect_reader
 
 __all__ = ["SqliteBoard"]
 
@@ -79,6 +80,11 @@ _POLL_CHUNK = 500
 
 def _has_board(conn: sqlite3.Connection) -> bool:
     return _has_table(conn, "board_answers")
+
+
+def _person(row: tuple[str, str, str, int]) -> Person:
+    name, groups, digest, added_ms = row
+    return Person(name=name, groups=tuple(json.loads(groups)), token_hash=digest, added_ms=added_ms)
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
@@ -311,6 +317,78 @@ class SqliteBoard:
     async def grant_revocation(self, grant_id: str) -> GrantRevocation | None:
         """The recorded revocation. Cancellation: waits for the read."""
         return await self._run(lambda conn: _revocation(conn, grant_id))
+
+    # -- people (broker.store._people) -----------------------------------------------------------
+
+    async def add_person(self, person: Person) -> None:
+        """Register *person* (:class:`PeopleExistsError` if the name is taken). Cancellation:
+        waits for the write."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(PEOPLE_DDL)
+                try:
+                    conn.execute(
+                        "INSERT INTO board_people (name, groups, token_hash, added_ms) "
+                        "VALUES (?, ?, ?, ?)",
+                        (
+                            person.name,
+                            json.dumps(person.groups),
+                            person.token_hash,
+                            person.added_ms,
+                        ),
+                    )
+                except sqlite3.IntegrityError:
+                    raise PeopleExistsError(
+                        f"{person.name!r} is registered already: broker people remove "
+                        f"{person.name} first, to give them a new token"
+                    ) from None
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        await self._run(write)
+
+    async def remove_person(self, name: str) -> bool:
+        """Remove *name*: their token stops working at once. Cancellation: waits for the
+        write."""
+
+        def write(conn: sqlite3.Connection) -> bool:
+            if not _has_table(conn, "board_people"):
+                return False
+            return conn.execute("DELETE FROM board_people WHERE name = ?", (name,)).rowcount > 0
+
+        return await self._run(write)
+
+    async def people(self) -> list[Person]:
+        """Everyone registered, by name. Cancellation: waits for the read."""
+
+        def read(conn: sqlite3.Connection) -> list[Person]:
+            if not _has_table(conn, "board_people"):
+                return []
+            rows = conn.execute(
+                "SELECT name, groups, token_hash, added_ms FROM board_people ORDER BY name"
+            )
+            return [_person(row) for row in rows]
+
+        return await self._run(read)
+
+    async def identify(self, token: str) -> Person | None:
+        """The person whose token *token* is, or None. Cancellation: waits for the read."""
+        digest = token_hash(token)
+
+        def read(conn: sqlite3.Connection) -> Person | None:
+            if not _has_table(conn, "board_people"):
+                return None
+            row = conn.execute(
+                "SELECT name, groups, token_hash, added_ms FROM board_people WHERE token_hash = ?",
+                (digest,),
+            ).fetchone()
+            return None if row is None else _person(row)
+
+        return await self._run(read)
 
     async def aclose(self) -> None:
         """Nothing to close: the board holds no connection. Cancellation: a plain checkpoint."""

@@ -22,6 +22,7 @@ from .._protocol import StoreOpenError
 __all__ = [
     "APPLICATION_ID",
     "BOARD_DDL",
+    "PEOPLE_DDL",
     "SCHEMA_VERSION",
     "WAL_AUTOCHECKPOINT_PAGES",
     "Synchronous",
@@ -70,6 +71,15 @@ _DDL = (
 )
 
 
+#: The people who may answer (:mod:`broker.store._people`); also made by the first
+#: ``broker people add`` on a store an older broker made.
+PEOPLE_DDL = """CREATE TABLE IF NOT EXISTS board_people (
+        name TEXT PRIMARY KEY NOT NULL,
+        groups TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        added_ms INTEGER NOT NULL
+    )"""
+
 #: The answer board's tables (:mod:`._board`), beside the log in the same file. Created by the
 #: writer when it opens the file (``IF NOT EXISTS``: a version-1 file gains them and stays
 #: readable by an older broker), so no other process changes the schema under a running writer.
@@ -91,6 +101,8 @@ BOARD_DDL = (
         always_how TEXT,
         message TEXT
     )""",
+    # People who may answer (broker people add): a name, groups, their token's hash.
+    PEOPLE_DDL,
     # Grants revoked from elsewhere (broker grants revoke); the first revocation stands.
     """CREATE TABLE IF NOT EXISTS board_revocations (
         grant_id TEXT PRIMARY KEY NOT NULL,
