@@ -27,6 +27,7 @@ anything else propagates to the server, which answers 500 and logs it.
 
 from __future__ import annotations
 
+import hmac
 import json
 import time
 import urllib.parse
@@ -39,8 +40,10 @@ from .._cattrs_errors import STRUCTURE_ERRORS, problems
 from .._codec import converter
 from .._display import printable
 from ..store import (
+    TOKEN_PREFIX,
     AnswerRefusedError,
     LogToolError,
+    Person,
     StoreError,
     UnknownQuestionError,
     check_answer,
@@ -80,6 +83,7 @@ if TYPE_CHECKING:
 __all__ = ["InboxApp"]
 
 T = TypeVar("T")
+B = TypeVar("B", AnswerBody, RevokeBody)
 
 _JSON = "application/json"
 _UNAUTHORIZED = (
@@ -90,6 +94,15 @@ _UNAUTHORIZED = (
 
 def _problem(status: int, error: str, question_id: str | None = None) -> tuple[int, bytes]:
     return status, dumps(AnswerReply(id=question_id, error=error))
+
+
+@attrs.frozen
+class Visitor:
+    """Who a request comes from: *person* signed in with their own token, or (None) the holder
+    of the shared token; *arrived* when the request itself carried the person's token."""
+
+    person: Person | None = None
+    arrived: bool = False
 
 
 @attrs.define(eq=False)
@@ -117,10 +130,36 @@ class InboxApp:
             await send({"type": "websocket.close", "code": 1008})
             return
         request = Request.from_scope(scope)
-        if not self.keys.authorized(request):
+        try:
+            who = await self._signed_in(request)
+        except StoreError as exc:
+            await respond(send, 503, dumps(AnswerReply(error=str(exc))), _JSON)
+            return
+        if who is None:
             await respond(send, 401, _UNAUTHORIZED, extra=((b"www-authenticate", b"Bearer"),))
             return
-        await self._route(request, receive, send)
+        await self._route(request, receive, send, who)
+
+    async def _signed_in(self, request: Request) -> Visitor | None:
+        """Who makes *request*: a person (their own token, in the request or signed in by
+        cookie: read from the board each time, so a removed person is out at once), the
+        holder of the shared token, or None."""
+        given = self.keys.given_token(request)
+        if given is not None and given.startswith(TOKEN_PREFIX):
+            person = await self.board.identify(given)
+            return None if person is None else Visitor(person=person, arrived=True)
+        claimed = self.keys.signed_in_as(request)
+        if claimed is not None:
+            name, mac = claimed
+            for person in await self.board.people():
+                if person.name == name and hmac.compare_digest(
+                    self.keys.person_cookie(person.name, person.token_hash).encode(),
+                    f"{name}.{mac}".encode(),
+                ):
+                    return Visitor(person=person)
+            return None
+        await trio.lowlevel.checkpoint()
+        return Visitor() if self.keys.authorized(request) else None
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -131,26 +170,32 @@ class InboxApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _route(self, request: Request, receive: Receive, send: Send) -> None:
+    async def _route(self, request: Request, receive: Receive, send: Send, who: Visitor) -> None:
         method, path = request.method, request.path
         if path in ("/api/answer", "/api/revoke"):
             if method != "POST":
                 await respond(send, 405, b"use POST\n", extra=((b"allow", b"POST"),))
                 return
             posted = self._answer if path == "/api/answer" else self._revoke
-            status, body = await posted(request, receive)
+            status, body = await posted(request, receive, who)
             await respond(send, status, body, _JSON)
             return
         if method not in ("GET", "HEAD"):
             await respond(send, 405, b"use GET\n", extra=((b"allow", b"GET"),))
             return
         if path == "/":
-            if self.keys.query_token_ok(request):
+            first = who.arrived and self.keys.given_token(request) is not None
+            if first or self.keys.query_token_ok(request):
                 # The first visit: the cookie from now on, and the token out of the address bar.
-                cookie = self.keys.set_cookie().encode()
+                cookie = (
+                    self.keys.set_person_cookie(who.person.name, who.person.token_hash)
+                    if who.person is not None
+                    else self.keys.set_cookie()
+                ).encode()
                 await respond(send, 303, b"", extra=((b"set-cookie", cookie), (b"location", b"/")))
                 return
-            await respond(send, 200, page_html(self.keys.csrf), "text/html; charset=utf-8")
+            name = who.person.name if who.person is not None else None
+            await respond(send, 200, page_html(self.keys.csrf, name), "text/html; charset=utf-8")
         elif path in ASSETS:
             name, content_type = ASSETS[path]
             await respond(send, 200, asset(name), content_type)
@@ -229,11 +274,13 @@ class InboxApp:
             status=printable(status),
         )
 
-    async def _revoke(self, request: Request, receive: Receive) -> tuple[int, bytes]:
+    async def _revoke(self, request: Request, receive: Receive, who: Visitor) -> tuple[int, bytes]:
         checked = await self._posted(request, receive, RevokeBody, "id, by")
         if isinstance(checked, tuple):
             return checked
-        body = checked
+        body = await self._as(who, checked)
+        if isinstance(body, tuple):
+            return body
         try:
             check_grant_id(body.id)
             check_by(body.by)
@@ -280,11 +327,29 @@ class InboxApp:
         except STRUCTURE_ERRORS as exc:
             return _problem(400, "body: " + "; ".join(problems(exc)))
 
-    async def _answer(self, request: Request, receive: Receive) -> tuple[int, bytes]:
+    async def _as(self, who: Visitor, body: B) -> B | tuple[int, bytes]:
+        """*body* as *who* may send it: a person's own name replaces whatever ``by`` says; the
+        shared token's ``by`` is taken only on a store with no people (403 otherwise).
+        Cancellation: a read of the board, nothing changes."""
+        if who.person is not None:
+            await trio.lowlevel.checkpoint()
+            return attrs.evolve(body, by=who.person.name)  # a forged by is ignored
+        if await self.board.people():
+            return _problem(
+                403,
+                "this store has registered people: sign in with your own token (open the "
+                "inbox at /?token=YOUR_TOKEN, from broker people add); the shared token "
+                "answers only where no one is registered",
+            )
+        return body
+
+    async def _answer(self, request: Request, receive: Receive, who: Visitor) -> tuple[int, bytes]:
         checked = await self._posted(request, receive, AnswerBody, "id, outcome, by")
         if isinstance(checked, tuple):
             return checked
-        body = checked
+        body = await self._as(who, checked)
+        if isinstance(body, tuple):
+            return body
         try:
             outcome = check_answer(body.outcome, body.by)
         except ValueError as exc:
@@ -310,7 +375,7 @@ class InboxApp:
             return 409, dumps(reply)
         except StoreError as exc:
             return _problem(503, str(exc), body.id)
-        reply = AnswerReply(id=answer.question_id, outcome=answer.outcome.value, by=body.by)
+        reply = AnswerReply(id=answer.question_id, outcome=answer.outcome.value, by=answer.by)
         return 200, dumps(reply)
 
     async def _events(self, receive: Receive, send: Send) -> None:

@@ -89,6 +89,39 @@ class InboxKeys:
         """The ``Set-Cookie`` value of a first visit."""
         return f"{self.cookie_name}={self.cookie_value}; Path=/; HttpOnly; SameSite=Strict"
 
+    # -- people signed in with their own token (broker people add) ------------------------------
+
+    @property
+    def person_cookie_name(self) -> str:
+        """The cookie of a person signed in (distinct from the shared token's)."""
+        return "broker_person_" + _mac(self.token, "person-cookie-name")[:12]
+
+    def person_cookie(self, name: str, token_hash: str) -> str:
+        """The cookie value of *name* signed in with the token whose hash is *token_hash*: a
+        new token (or the person removed) makes it worthless at once."""
+        return f"{name}.{_mac(self.token, f'person:{name}:{token_hash}')}"
+
+    def set_person_cookie(self, name: str, token_hash: str) -> str:
+        """The ``Set-Cookie`` value of a person's first visit."""
+        value = self.person_cookie(name, token_hash)
+        return f"{self.person_cookie_name}={value}; Path=/; HttpOnly; SameSite=Strict"
+
+    def signed_in_as(self, request: Request) -> tuple[str, str] | None:
+        """The (name, MAC) a person's cookie claims, unchecked (see :meth:`person_cookie`)."""
+        value = self._cookie(request, self.person_cookie_name)
+        if value is None or "." not in value:
+            return None
+        name, _, mac = value.rpartition(".")
+        return (name, mac) if name else None
+
+    def given_token(self, request: Request) -> str | None:
+        """A token the request carries itself (``?token=`` or a bearer header), if any."""
+        bearer = request.header("authorization")
+        if bearer is not None and bearer.startswith("Bearer "):
+            return bearer.removeprefix("Bearer ").strip() or None
+        values = urllib.parse.parse_qs(request.query).get("token", [])
+        return values[0] if values else None
+
     def query_token_ok(self, request: Request) -> bool:
         """Whether the URL carries the token (``?token=…``)."""
         values = urllib.parse.parse_qs(request.query).get("token", [])
@@ -111,7 +144,7 @@ class InboxKeys:
         given = request.header(CSRF_HEADER)
         return given is not None and hmac.compare_digest(given.encode(), self.csrf.encode())
 
-    def _cookie(self, request: Request) -> str | None:
+    def _cookie(self, request: Request, name: str | None = None) -> str | None:
         header = request.header("cookie")
         if header is None:
             return None
@@ -119,5 +152,5 @@ class InboxKeys:
             jar: SimpleCookie = SimpleCookie(header)
         except CookieError:
             return None
-        morsel = jar.get(self.cookie_name)
+        morsel = jar.get(name or self.cookie_name)
         return None if morsel is None else morsel.value

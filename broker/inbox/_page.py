@@ -13,6 +13,7 @@ import re
 __all__ = ["ASSETS", "page_html"]
 
 _CSRF_SLOT = "{{csrf}}"
+_PERSON_SLOT = "{{person}}"
 #: Path -> (file, content type) of the page's static assets.
 ASSETS = {
     "/inbox.js": ("inbox.js", "text/javascript; charset=utf-8"),
@@ -26,8 +27,12 @@ def asset(name: str) -> bytes:
     return (importlib.resources.files(__package__) / "static" / name).read_bytes()
 
 
-def page_html(csrf: str) -> bytes:
-    """The page, with *csrf* (hex digits) in its slot."""
+def page_html(csrf: str, person: str | None = None) -> bytes:
+    """The page, with *csrf* (hex digits) and the signed-in *person*'s name (a checked name:
+    letters, digits, ``.``, ``_``, ``-``; None: the shared token, no one) in their slots."""
     if not re.fullmatch(r"[0-9a-f]{64}", csrf):
         raise ValueError("csrf must be 64 lower-case hex digits: derive it with InboxKeys")
-    return asset("index.html").replace(_CSRF_SLOT.encode(), csrf.encode())
+    if person is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", person):
+        raise ValueError(f"person must be a person's name (broker people add), got {person!r}")
+    page = asset("index.html").replace(_CSRF_SLOT.encode(), csrf.encode())
+    return page.replace(_PERSON_SLOT.encode(), (person or "").encode())

@@ -45,6 +45,7 @@ from ._logtools import verify_store as verify_store
 from ._memory import MemoryStore as MemoryStore
 from ._memory_board import MemoryBoard as MemoryBoard
 from ._open import open_store as open_store
+from ._people import TOKEN_PREFIX as TOKEN_PREFIX
 from ._people import PeopleExistsError as PeopleExistsError
 from ._people import Person as Person
 from ._people import check_group as check_group

@@ -360,7 +360,16 @@ async function revokeGrant(id, li) {
 
 document.getElementById("grants-reload").addEventListener("click", loadGrants);
 
-byInput.value = localStorage.getItem("broker-inbox-by") ?? "";
+// Signed in with a personal token: the server records that person, whatever the field says.
+const person = document.querySelector('meta[name="broker-person"]').content;
+if (person) {
+  byInput.value = person;
+  byInput.readOnly = true;
+  byInput.title = "signed in with your own token: answers are recorded as you";
+  byInput.parentElement.firstChild.textContent = "Signed in as ";
+} else {
+  byInput.value = localStorage.getItem("broker-inbox-by") ?? "";
+}
 counted(0);
 connect();
 loadGrants();

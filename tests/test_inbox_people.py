@@ -1,0 +1,121 @@
+"""The inbox with people (issue 35, item 1): a person signs in with their own token (then a
+cookie bound to that token), their name is what an answer records whatever the body says, the
+shared token no longer answers once people are registered, and a removed person is out at
+once."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import trio
+
+from broker import Broker, Outcome, Session
+from broker.inbox import InboxKeys
+from broker.store import Person, new_token, token_hash
+
+from .inbox_support import TOKEN, Inbox, http, open_inbox
+from .test_inbox import CSRF, answer_body, answering, asking
+
+
+async def register(broker: Broker, name: str) -> str:
+    token = new_token()
+    person = Person(name=name, token_hash=token_hash(token), added_ms=time.time_ns() // 10**6)
+    await broker.board.add_person(person)
+    return token
+
+
+async def sign_in(inbox: Inbox, token: str) -> str:
+    """The first visit with a personal token: the person's cookie (``name=value``)."""
+    first = await http(inbox.port, "GET", f"/?token={token}")
+    assert first.status == 303
+    assert first.headers["location"] == "/"
+    cookie = first.headers["set-cookie"]
+    assert cookie.endswith("; Path=/; HttpOnly; SameSite=Strict")
+    assert token not in cookie
+    return cookie.split(";")[0]
+
+
+def as_person(cookie: str) -> dict[str, str]:
+    return {"content-type": "application/json", "x-csrf-token": CSRF, "cookie": cookie}
+
+
+async def test_a_person_signs_in_and_answers_as_themselves(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    token = await register(approval_broker, "alice")
+    with trio.fail_after(10):
+        async with open_inbox(approval_broker, poll_interval=0.01) as inbox:
+            cookie = await sign_in(inbox, token)
+            page = await http(inbox.port, "GET", "/", headers={"cookie": cookie})
+            assert b'<meta name="broker-person" content="alice">' in page.body
+            async with asking(approval_broker, approval_session) as asked:
+                forged = answer_body(asked.id, "rejected", "mallory")  # a forged by
+                reply = await http(
+                    inbox.port, "POST", "/api/answer", headers=as_person(cookie), body=forged
+                )
+                assert reply.status == 200, reply.body
+                assert json.loads(reply.body)["by"] == "alice"
+                await trio.testing.wait_all_tasks_blocked()
+    [decision] = asked.decisions
+    assert (decision.outcome, decision.answered_by) == (Outcome.REJECTED, "alice")
+
+
+async def test_the_shared_token_does_not_answer_once_people_exist(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    await register(approval_broker, "alice")
+    with trio.fail_after(10):
+        async with open_inbox(approval_broker, poll_interval=0.01) as inbox:
+            page = await http(inbox.port, "GET", "/", headers=answering())
+            assert page.status == 200  # it still reads
+            async with asking(approval_broker, approval_session) as asked:
+                body = answer_body(asked.id, "allowed-once", "alice")
+                reply = await http(
+                    inbox.port, "POST", "/api/answer", headers=answering(), body=body
+                )
+                assert reply.status == 403
+                assert (
+                    "this store has registered people: sign in with your own token"
+                    in (json.loads(reply.body)["error"])
+                )
+                status = await approval_broker.board.status(asked.id)
+                assert status is not None
+                assert status.answer is None  # nothing recorded
+    assert asked.decisions[0].outcome is Outcome.CANCELLED
+
+
+async def test_a_removed_person_is_out_at_once(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    token = await register(approval_broker, "alice")
+    with trio.fail_after(10):
+        async with open_inbox(approval_broker, poll_interval=0.01) as inbox:
+            cookie = await sign_in(inbox, token)
+            assert (
+                await http(inbox.port, "GET", "/api/pending", headers={"cookie": cookie})
+            ).status == 200
+            assert await approval_broker.board.remove_person("alice")
+            for headers in ({"cookie": cookie}, {"authorization": f"Bearer {token}"}):
+                assert (
+                    await http(inbox.port, "GET", "/api/pending", headers=headers)
+                ).status == 401
+            # Registered again, with a new token: the old cookie stays worthless.
+            fresh = await register(approval_broker, "alice")
+            assert (
+                await http(inbox.port, "GET", "/api/pending", headers={"cookie": cookie})
+            ).status == 401
+            assert (await http(inbox.port, "GET", f"/?token={fresh}")).status == 303
+
+
+async def test_a_forged_person_cookie_is_refused(approval_broker: Broker) -> None:
+    await register(approval_broker, "alice")
+    keys = InboxKeys(token=TOKEN)
+    forged = f"{keys.person_cookie_name}=alice.{'0' * 64}"
+    other = InboxKeys(token="another-token-0123456789")
+    elsewhere = f"{keys.person_cookie_name}={other.person_cookie('alice', 'x' * 64)}"
+    with trio.fail_after(10):
+        async with open_inbox(approval_broker, poll_interval=0.01) as inbox:
+            for cookie in (forged, elsewhere, f"{keys.person_cookie_name}=alice"):
+                reply = await http(inbox.port, "GET", "/api/pending", headers={"cookie": cookie})
+                assert reply.status == 401, cookie

@@ -1,0 +1,55 @@
+"""A person signs in to the inbox with their own token, in Chromium (issue 35): the name field
+shows who they are and cannot be changed, and their answer is recorded as theirs."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from .serve_support import decision, finish, hook_input, service, start_hook, wait_pending
+from .test_inbox_browser import CHROMIUM, chromium_problem
+from .test_people import add
+
+pytestmark = pytest.mark.slow
+STEP_MS = 10_000
+
+
+def test_a_person_signed_in_answers_as_themselves_in_chromium(tmp_path: pathlib.Path) -> None:
+    problem = chromium_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    from playwright.sync_api import sync_playwright
+
+    store = tmp_path / "serve.sqlite"
+    token = add(str(store), "alice", "ops")
+    with service(tmp_path, "--inbox", "0", store=store) as running:
+        [address] = [
+            line.removeprefix("broker inbox: ").strip().split("?token=")[0]
+            for line in running.banner
+            if line.startswith("broker inbox: ")
+        ]
+        asking = start_hook("claude-code", hook_input("make deploy"), running.socket)
+        (row,) = wait_pending(store)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM)
+            try:
+                page = browser.new_page()
+                page.set_default_timeout(STEP_MS)
+                page.goto(f"{address}?token={token}")
+                assert "token" not in page.url  # traded for a cookie
+                name = page.locator("#by")
+                assert name.input_value() == "alice"
+                assert name.evaluate("input => input.readOnly")
+                card = page.locator(f'li[data-id="{row["id"]}"]')
+                card.locator("input.message").fill("deploy after the freeze")
+                card.locator("button.reject").click()
+                card.locator(".result").filter(has_text="answered").wait_for()
+            finally:
+                browser.close()
+        status, out, _ = finish(asking)
+    assert status == 0
+    assert decision(out)["permissionDecisionReason"] == (
+        "broker: rejected by alice: do not run this call; ask the user what to do instead; "
+        "they said: deploy after the freeze"
+    )
