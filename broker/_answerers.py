@@ -26,7 +26,7 @@ from ._flight import Flight, Withdrawal
 
 # At run time, not only for the checker: the AnswerFn alias below names it, and the API
 # reference (``make docs``) resolves the alias where it is used.
-from ._request import ApprovalRequest
+from ._request import ApprovalRequest, may_answer
 from ._vocabulary import Outcome, Source
 from ._waterfall import run_chain
 
@@ -114,7 +114,10 @@ class AnswererHandle:
         self._inflight.add(flight)
         before = flight.decider
         try:
-            result: object = await self.fn(req, next_)
+            if may_answer(self.fn):
+                result: object = await self.fn(req, next_)
+            else:  # a question named approvers; this answerer cannot tell who answers
+                result = await next_()
         except Exception:
             log.warning("answerer %r failed; the question fails closed", self, exc_info=True)
             flight.decider = (self.name, Outcome.UNAVAILABLE, Source.ANSWERER_FAILED)

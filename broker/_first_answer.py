@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ._decision import Answer
+from ._request import may_answer
 from ._vocabulary import Outcome
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ def first_answer(*answerers: AnswerFn) -> AnswerFn:
         async def run(fn: AnswerFn, nursery: trio.Nursery) -> None:
             # A participant that answers without yielding still lets the others start.
             await trio.lowlevel.checkpoint()
+            if not may_answer(fn):
+                await delegate()  # it cannot tell who answers: out of this question's race
             try:
                 result = await fn(req, delegate)
             except Exception:
@@ -85,4 +88,8 @@ def first_answer(*answerers: AnswerFn) -> AnswerFn:
             return won[0]
         return await next_()
 
+    # It can tell who answers if one of its participants can (only those take part, then).
+    answer.identifies_people = any(  # type: ignore[attr-defined]
+        getattr(fn, "identifies_people", False) for fn in participants
+    )
     return answer

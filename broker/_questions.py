@@ -218,7 +218,7 @@ class Questions:
                 await session_log.ready(internal=False, shielded=False)
                 # Steps 3.1-3.3 need no await: decided here, with nothing between them and
                 # sequencing asked (which changes neither the policy nor the grants they read).
-                decided_now = self._decide_now(req, flight)
+                decided_now = self._decide_now(req, flight, question)
                 if decided_now is not None and decided_now.source is Source.GRANT:
                     decided_now = await self._unless_revoked(req, flight, decided_now)
                 if decided_now is not None:
@@ -308,7 +308,9 @@ class Questions:
             arguments_digest=req.arguments_digest,
         )
 
-    def _decide_now(self, req: ApprovalRequest, flight: Flight) -> _Settled | None:
+    def _decide_now(
+        self, req: ApprovalRequest, flight: Flight, question: Asking | None = None
+    ) -> _Settled | None:
         """Steps 3.1–3.3, which consult no answerer — abort, the ``never`` policy, then the
         rules and grants (deny beats ask beats allow; a grant is an allow) — or None when the
         waterfall must decide (:meth:`_decide`)."""
@@ -327,6 +329,8 @@ class Questions:
             if decision is RuleDecision.DENY:
                 return _Settled(Outcome.REJECTED, Source.RULE, rule=verdict.rule)
             if decision is RuleDecision.ASK:
+                if question is not None and verdict.rule is not None:
+                    question.approvers = verdict.rule.approvers  # who alone may answer it
                 return None  # an ask rule beats any allow, a grant included
             if decision is RuleDecision.ALLOW:
                 return _Settled(

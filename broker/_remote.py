@@ -111,6 +111,9 @@ class RemoteAnswerer:
 
     #: What the log calls it (``answerer`` of ``approval/decided``).
     answerer_name: ClassVar[str] = "board"
+    #: It can tell who answers (a person's token, an OS user): it takes part in questions that
+    #: name their approvers, and shows them only to those (:func:`broker._request.may_answer`).
+    identifies_people: ClassVar[bool] = True
 
     async def __call__(self, req: ApprovalRequest, next_: AnswerNext) -> Outcome | Answer:
         question = current_question()
@@ -135,6 +138,7 @@ class RemoteAnswerer:
             always_rule=offer,
             project_rules=self.project_rules if offer is not None else None,
             arguments=shown_arguments(req.arguments),
+            approvers=question.approvers,
         )
         # Registered before publishing: whatever happens from here, the board learns the end.
         question.hooks.append(lambda outcome: self.board.retire(question.id, outcome))

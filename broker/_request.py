@@ -17,7 +17,7 @@ from ._vocabulary import Outcome
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["ASKING", "ApprovalRequest", "Asking", "SettledHook", "current_question"]
+__all__ = ["ASKING", "ApprovalRequest", "Asking", "SettledHook", "current_question", "may_answer"]
 
 log = logging.getLogger("broker.request")
 
@@ -39,6 +39,9 @@ class Asking:
     request: ApprovalRequest
     id: str
     hooks: list[SettledHook] = attrs.field(factory=list)
+    #: Who alone may answer it (an ask rule's ``approvers``); empty: anyone. Answerers that
+    #: cannot tell who answers (``identifies_people`` false) delegate such a question.
+    approvers: tuple[str, ...] = ()
 
     async def settled(self, outcome: Outcome) -> None:
         """Run the hooks with the question's final *outcome*, each once, in order.
@@ -54,6 +57,14 @@ class Asking:
                 await hook(outcome)
             except Exception:
                 log.warning("a settled hook of question %s failed", self.id, exc_info=True)
+
+
+def may_answer(fn: object) -> bool:
+    """Whether the answerer *fn* may answer the question being asked now: any may, unless the
+    question names its approvers — then only answerers that can tell who answers
+    (``identifies_people``, as the board's remote answerer) take part; the rest delegate."""
+    question = ASKING.get()
+    return question is None or not question.approvers or getattr(fn, "identifies_people", False)
 
 
 def current_question() -> Asking | None:

@@ -2,7 +2,7 @@
 through its remote answerer and prints what it decided.
 
 Usage: python -m tests.remote_asker STORE [--abort-on-stdin] [--reason TEXT] [--allow-always]
-       [--command TEXT] [--project-rules FILE]
+       [--command TEXT] [--project-rules FILE] [--rules FILE]
 
 Prints one JSON line ``{"session": ID}`` once the session is open, then ``{"outcome": ...,
 "answeredBy": ..., "id": ...}`` once the question is decided. With ``--abort-on-stdin`` a line
@@ -17,6 +17,7 @@ import sys
 import trio
 
 from broker import AbortSignal, ApprovalRequest, open_broker
+from broker.rules import load_rules
 
 
 async def main(
@@ -26,9 +27,11 @@ async def main(
     always: bool,
     command: str | None,
     project_rules: str | None,
+    rules: str | None,
 ) -> None:
     signal = AbortSignal()
-    async with open_broker(store=store, project_rules=project_rules) as broker:
+    loaded = load_rules(rules) if rules is not None else ()
+    async with open_broker(store=store, project_rules=project_rules, rules=loaded) as broker:
         remote = broker.remote_answerer(allow_always=always)
         async with broker.answerer(remote), broker.open_session() as session:
             print(json.dumps({"session": session.id}), flush=True)  # noqa: T201
@@ -77,4 +80,5 @@ if __name__ == "__main__":
         "--allow-always" in extra,
         option("--command"),
         option("--project-rules"),
+        option("--rules"),
     )

@@ -6,21 +6,25 @@ once."""
 from __future__ import annotations
 
 import json
+import pathlib
 import time
 
 import trio
 
 from broker import Broker, Outcome, Session
 from broker.inbox import InboxKeys
+from broker.rules import load_rules
 from broker.store import Person, new_token, token_hash
 
 from .inbox_support import TOKEN, Inbox, http, open_inbox
 from .test_inbox import CSRF, answer_body, answering, asking
 
 
-async def register(broker: Broker, name: str) -> str:
+async def register(broker: Broker, name: str, *groups: str) -> str:
     token = new_token()
-    person = Person(name=name, token_hash=token_hash(token), added_ms=time.time_ns() // 10**6)
+    person = Person(
+        name=name, groups=groups, token_hash=token_hash(token), added_ms=time.time_ns() // 10**6
+    )
     await broker.board.add_person(person)
     return token
 
@@ -119,3 +123,45 @@ async def test_a_forged_person_cookie_is_refused(approval_broker: Broker) -> Non
             for cookie in (forged, elsewhere, f"{keys.person_cookie_name}=alice"):
                 reply = await http(inbox.port, "GET", "/api/pending", headers={"cookie": cookie})
                 assert reply.status == 401, cookie
+
+
+async def test_a_question_for_named_approvers_is_theirs_alone(
+    approval_broker: Broker, approval_session: Session, tmp_path: pathlib.Path
+) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rules]]\ndecision = "ask"\ntool = "bash"\napprovers = ["group:ops"]\n')
+    approval_broker.set_rules(load_rules(rules))
+    alice = await register(approval_broker, "alice", "ops")
+    bob = await register(approval_broker, "bob")
+    with trio.fail_after(10):
+        async with open_inbox(approval_broker, poll_interval=0.01) as inbox:
+            as_alice, as_bob = await sign_in(inbox, alice), await sign_in(inbox, bob)
+            async with asking(approval_broker, approval_session) as asked:
+
+                async def listed(cookie: str) -> list[str]:
+                    reply = await http(
+                        inbox.port, "GET", "/api/pending", headers={"cookie": cookie}
+                    )
+                    return [q["id"] for q in json.loads(reply.body)["questions"]]
+
+                assert await listed(as_alice) == [asked.id]
+                assert await listed(as_bob) == []
+                shared = await http(inbox.port, "GET", "/api/pending", headers=answering())
+                assert json.loads(shared.body)["questions"] == []  # not to the shared token
+                body = answer_body(asked.id, "allowed-once", "bob")
+                refused = await http(
+                    inbox.port, "POST", "/api/answer", headers=as_person(as_bob), body=body
+                )
+                assert refused.status == 403
+                assert "may be answered only by group:ops" in json.loads(refused.body)["error"]
+                status = await approval_broker.board.status(asked.id)
+                assert status is not None
+                assert status.answer is None
+                ok = await http(
+                    inbox.port, "POST", "/api/answer", headers=as_person(as_alice), body=body
+                )
+                assert ok.status == 200, ok.body
+                await asked.decided.wait()
+    assert [(d.outcome, d.answered_by) for d in asked.decisions] == [
+        (Outcome.ALLOWED_ONCE, "alice")
+    ]

@@ -53,3 +53,46 @@ def test_a_person_signed_in_answers_as_themselves_in_chromium(tmp_path: pathlib.
         "broker: rejected by alice: do not run this call; ask the user what to do instead; "
         "they said: deploy after the freeze"
     )
+
+
+def test_an_approver_sees_their_question_in_chromium_and_others_do_not(
+    tmp_path: pathlib.Path,
+) -> None:
+    problem = chromium_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    from playwright.sync_api import sync_playwright
+
+    store = tmp_path / "serve.sqlite"
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rules]]\ndecision = "ask"\ntool = "Bash"\napprovers = ["group:ops"]\n')
+    alice = add(str(store), "alice", "ops")
+    bob = add(str(store), "bob")
+    with service(tmp_path, "--inbox", "0", "--rules", str(rules), store=store) as running:
+        [address] = [
+            line.removeprefix("broker inbox: ").strip().split("?token=")[0]
+            for line in running.banner
+            if line.startswith("broker inbox: ")
+        ]
+        asking = start_hook("claude-code", hook_input("make deploy"), running.socket)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM)
+            try:
+                theirs = browser.new_context().new_page()
+                theirs.set_default_timeout(STEP_MS)
+                theirs.goto(f"{address}?token={alice}")
+                card = theirs.locator("li.question").filter(has_text="make deploy")
+                card.wait_for()
+                assert "Only by" in card.inner_text()
+                others = browser.new_context().new_page()
+                others.set_default_timeout(STEP_MS)
+                others.goto(f"{address}?token={bob}")
+                others.wait_for_timeout(3000)  # past a listing round
+                assert others.locator("li.question").count() == 0
+                card.locator("button.allow").click()
+                card.locator(".result").filter(has_text="answered").wait_for()
+            finally:
+                browser.close()
+        status, out, _ = finish(asking)
+    assert status == 0
+    assert decision(out)["permissionDecision"] == "allow"

@@ -69,6 +69,12 @@ def register(sub: _Sub) -> None:
     pending.add_argument("store", help="the store: a file path, sqlite:///PATH or postgresql://…")
     pending.add_argument("--session", help="only the questions of this session id")
     pending.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    pending.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="your personal token (or BROKER_TOKEN): questions a rule gives to named approvers "
+        "are listed only to them",
+    )
     pending.set_defaults(func=run_pending)
     answer = sub.add_parser(
         "answer",
@@ -156,7 +162,8 @@ def _row(question: PendingQuestion) -> dict[str, object]:
 def run_pending(args: argparse.Namespace) -> int:
     """Run ``broker pending``; returns the exit status."""
     board = board_for(args.store)
-    questions = trio.run(_pending, board, args.session)
+    identity = _Identity(token=_token(args.token_file), by=None, store=args.store)
+    questions = trio.run(_pending, board, args.session, identity)
     rows = [_row(q) for q in questions]
     if args.json:
         # A lone surrogate (a model's "\\ud800") as its JSON escape: stdout cannot write it.
@@ -234,9 +241,23 @@ class _Terms:
     message: str | None
 
 
-async def _pending(board: AnswerBoard, session_id: str | None) -> list[PendingQuestion]:
+async def _pending(
+    board: AnswerBoard, session_id: str | None, identity: _Identity
+) -> list[PendingQuestion]:
+    """What waits, less what a rule gives to approvers this caller is not one of."""
     try:
-        return await board.pending(session_id)
+        questions = await board.pending(session_id)
+        if not any(q.approvers for q in questions):
+            return questions
+        try:
+            who, groups, authenticated = await identity.known(board)
+        except _Refused:
+            who, groups, authenticated = None, (), False
+        return [
+            q
+            for q in questions
+            if not q.approvers or (authenticated and q.may_be_answered_by(who, groups))
+        ]
     finally:
         await board.aclose()
 
@@ -266,7 +287,12 @@ class _Identity:
     store: str
 
     async def who(self, board: AnswerBoard) -> str | None:
-        """Who answers (module doc), or :class:`CliError` naming why no one may."""
+        """Who answers (module doc), or :class:`_Refused` naming why no one may."""
+        return (await self.known(board))[0]
+
+    async def known(self, board: AnswerBoard) -> tuple[str | None, tuple[str, ...], bool]:
+        """(who answers, their groups, whether that is authenticated: a token or the OS
+        user, not a typed name); :class:`_Refused` naming why no one may."""
         if self.token is not None:
             person = await board.identify(self.token)
             if person is None:
@@ -276,7 +302,7 @@ class _Identity:
                 )
             if self.by is not None and self.by != person.name:
                 raise _Refused(f"--by {self.by!r}: your token says you are {person.name}")
-            return person.name
+            return person.name, person.groups, True
         registered = bool(await board.people())
         os_user = _os_user(self.store)
         if registered and self.by is not None:
@@ -285,13 +311,13 @@ class _Identity:
                 "--token-file FILE (or BROKER_TOKEN)"
             )
         if self.by is not None:
-            return self.by
+            return self.by, (), False
         if os_user is None and registered:
             raise _Refused(
                 "this store has registered people: identify yourself with --token-file FILE "
                 "(or BROKER_TOKEN)"
             )
-        return os_user
+        return os_user, (), os_user is not None
 
 
 class _Refused(Exception):
@@ -321,7 +347,19 @@ async def _answer(
 ) -> QuestionStatus | None:
     try:
         try:
-            by = await identity.who(board)
+            by, groups, authenticated = await identity.known(board)
+            status = await board.status(question_id)
+            named = status.question.approvers if status is not None else ()
+            if named and not (
+                authenticated
+                and status is not None
+                and status.question.may_be_answered_by(by, groups)
+            ):
+                raise _Refused(
+                    f"question {question_id!r} may be answered only by {', '.join(named)} "
+                    f"(a rule names them): you are {by if authenticated else 'not identified'}"
+                    "; nothing was recorded"
+                )
             await board.answer(
                 question_id,
                 outcome,

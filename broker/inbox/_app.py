@@ -43,6 +43,7 @@ from ..store import (
     TOKEN_PREFIX,
     AnswerRefusedError,
     LogToolError,
+    PendingQuestion,
     Person,
     StoreError,
     UnknownQuestionError,
@@ -103,6 +104,12 @@ class Visitor:
 
     person: Person | None = None
     arrived: bool = False
+
+    def may_answer(self, question: PendingQuestion) -> bool:
+        """Whether this visitor may see and answer *question* (its approvers, if named)."""
+        if self.person is None:
+            return not question.approvers
+        return question.may_be_answered_by(self.person.name, self.person.groups)
 
 
 @attrs.define(eq=False)
@@ -202,7 +209,7 @@ class InboxApp:
         elif path == "/events":
             await self._events(receive, send)
         elif path == "/api/pending":
-            await self._pending(send)
+            await self._pending(send, who)
         elif path == "/api/session":
             status, body = await self._session(request)
             await respond(send, status, body, _JSON)
@@ -212,9 +219,9 @@ class InboxApp:
         else:
             await respond(send, 404, b"not found\n")
 
-    async def _pending(self, send: Send) -> None:
+    async def _pending(self, send: Send, who: Visitor) -> None:
         try:
-            questions = await self.board.pending()
+            questions = [q for q in await self.board.pending() if who.may_answer(q)]
         except StoreError as exc:
             await respond(send, 503, dumps(AnswerReply(error=str(exc))), _JSON)
             return
@@ -350,6 +357,15 @@ class InboxApp:
         body = await self._as(who, checked)
         if isinstance(body, tuple):
             return body
+        status = await self.board.status(body.id)
+        if status is not None and not who.may_answer(status.question):
+            named = ", ".join(status.question.approvers)
+            return _problem(
+                403,
+                f"question {body.id!r} may be answered only by {named} (a rule names them): "
+                "nothing was recorded",
+                body.id,
+            )
         try:
             outcome = check_answer(body.outcome, body.by)
         except ValueError as exc:

@@ -112,7 +112,9 @@ class Feed:
             _log.warning("broker inbox: reading the pending questions failed: %s", exc)
             self._mark_polled()
             return
-        fresh = {question.id: question for question in questions}
+        # A question a rule gives to named approvers is not broadcast: every page sees the
+        # feed, and only those approvers may see it (they list it from /api/pending).
+        fresh = {question.id: question for question in questions if not question.approvers}
         added = [shown(q) for qid, q in fresh.items() if qid not in self._current]
         gone_ids = [qid for qid in self._current if qid not in fresh]
         gone = [await self._gone(qid) for qid in gone_ids]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import stat
 import tomllib
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,18 @@ __all__ = [
     "rules_from_claude_code",
 ]
 
-_RULE_KEYS = ("decision", "tool", "command", "args", "examples", "counterexamples", "reason")
+_RULE_KEYS = (
+    "decision",
+    "tool",
+    "command",
+    "args",
+    "examples",
+    "counterexamples",
+    "reason",
+    "approvers",
+)
+#: Who a rule's ``approvers`` may name: a person, ``group:NAME`` or an OS user ``uid:NAME``.
+_APPROVER = re.compile(r"(?:(?:group|uid):)?[a-z0-9][a-z0-9._-]{0,63}")
 _TOP_KEYS = ("rules", "allow", "ask", "deny")
 _CLAUDE_PERMISSION_KEYS = ("allow", "ask", "deny")
 # What Claude Code's permissions object may hold besides the lists (not rules: not read).
@@ -229,6 +241,7 @@ def _rule_from_table(
     reason = table.get("reason")
     if reason is not None and (not isinstance(reason, str) or not reason.strip()):
         problems.append(f"{head}: reason must be a non-empty string")
+    approvers = _approvers(table, decision_text, head, problems)
     if len(problems) > before:
         return None
     assert isinstance(tool, str)
@@ -242,12 +255,40 @@ def _rule_from_table(
             args=args,
             origin=origin,
             reason=reason,
+            approvers=approvers,
         )
     except GlobError as exc:
         problems.append(f"{head}: {exc}")
         return None
     _check_examples(rule, table, head, problems)
     return None if len(problems) > before else rule
+
+
+def _approvers(
+    table: dict[str, Any], decision: object, head: str, problems: list[str]
+) -> tuple[str, ...]:
+    """The rule's ``approvers``: who alone may answer the questions it sends to people."""
+    if "approvers" not in table:
+        return ()
+    given = table["approvers"]
+    if decision != "ask":
+        problems.append(
+            f"{head}: approvers name who answers a question, so only an ask rule has them: "
+            'write decision = "ask"'
+        )
+        return ()
+    if (
+        not isinstance(given, list)
+        or not given
+        or not all(isinstance(a, str) and _APPROVER.fullmatch(a) for a in given)
+    ):
+        problems.append(
+            f"{head}: approvers must be a non-empty list of people (alice), groups "
+            f'(group:ops) or OS users (uid:root), got {given!r}: write approvers = ["alice", '
+            '"group:ops"]'
+        )
+        return ()
+    return tuple(dict.fromkeys(given))
 
 
 def _as_written(table: dict[str, Any]) -> str:

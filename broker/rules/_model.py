@@ -152,6 +152,9 @@ class Rule:
     args: tuple[ArgGlob, ...] = ()
     origin: RuleOrigin
     reason: str | None = None
+    #: On an ask rule: who alone may answer the questions it sends to people (names,
+    #: ``group:NAME``, ``uid:NAME``); empty: anyone who answers.
+    approvers: tuple[str, ...] = ()
     _tool_regexes: tuple[re.Pattern[str], ...] = attrs.field(eq=False, repr=False)
 
     @classmethod
@@ -165,6 +168,7 @@ class Rule:
         exact: bool = False,
         args: Mapping[str, str] | None = None,
         reason: str | None = None,
+        approvers: tuple[str, ...] = (),
     ) -> Rule:
         """Compile the globs; :class:`~._glob.GlobError` names a bad one."""
         names = tuple(tools)
@@ -176,6 +180,7 @@ class Rule:
             args=tuple(ArgGlob(key=k, pattern=v) for k, v in (args or {}).items()),
             origin=origin,
             reason=reason,
+            approvers=approvers,
             tool_regexes=tuple(name_glob(t) for t in names),
         )
 

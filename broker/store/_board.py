@@ -115,6 +115,17 @@ class PendingQuestion:
     #: The exact arguments the call will run with, when the request carries them and they are
     #: small enough to show (:data:`SHOWN_ARGUMENTS` bytes of JSON); presentation only.
     arguments: dict[str, Any] | None = None
+    #: Who alone may answer it (a rule's ``approvers``: names, ``group:NAME``, ``uid:NAME``);
+    #: empty: anyone who may answer at all.
+    approvers: tuple[str, ...] = ()
+
+    def may_be_answered_by(self, who: str | None, groups: tuple[str, ...] = ()) -> bool:
+        """Whether *who* (a person's name or ``uid:NAME``, with their *groups*) may answer."""
+        if not self.approvers:
+            return True
+        if who is None:
+            return False
+        return who in self.approvers or any(f"group:{g}" in self.approvers for g in groups)
 
 
 @attrs.frozen(kw_only=True)

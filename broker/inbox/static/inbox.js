@@ -47,6 +47,7 @@ function card(q) {
   const facts = document.createElement("dl");
   field(facts, "Reason", q.reason);
   if (q.arguments) field(facts, "Arguments", JSON.stringify(q.arguments, null, 1));
+  if (q.approvers && q.approvers.length) field(facts, "Only by", q.approvers.join(", "));
   field(facts, "Shown as", q.displayReason);
   field(facts, "Session", q.sessionId);
   const sessionLink = text("a", "session-link", q.sessionId);
@@ -369,6 +370,32 @@ if (person) {
   byInput.parentElement.firstChild.textContent = "Signed in as ";
 } else {
   byInput.value = localStorage.getItem("broker-inbox-by") ?? "";
+}
+
+// A question a rule gives to named approvers is not on the shared live feed (every page sees
+// it): a signed-in person lists the ones that are theirs every 2 s.
+const named = (q) => Boolean(q.approvers && q.approvers.length);
+async function loadMine() {
+  try {
+    const reply = await fetch("/api/pending", { credentials: "same-origin" });
+    if (!reply.ok) return;
+    const mine = (await reply.json()).questions.filter(named);
+    const ids = new Set(mine.map((q) => q.id));
+    for (const q of mine) add(q);
+    for (const [id, entry] of cards) {
+      if (named(entry.question) && !ids.has(id) && !entry.card.classList.contains("answered")) {
+        entry.card.remove();
+        cards.delete(id);
+      }
+    }
+    counted(cards.size);
+  } catch (error) {
+    // the next round tries again
+  }
+}
+if (person) {
+  loadMine();
+  setInterval(loadMine, 2000);
 }
 counted(0);
 connect();
