@@ -90,7 +90,7 @@ def _event_of(raw: bytes) -> str | None:
     """The hook's event, if it can be read at all (to refuse in that event's words)."""
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     event = data.get("hook_event_name") if isinstance(data, dict) else None
     return event if event in EVENTS else None

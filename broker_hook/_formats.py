@@ -84,6 +84,8 @@ def read_input(raw: bytes) -> HookInput:
         raise HookInputError(f"the hook input is larger than {MAX_INPUT} bytes")
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise HookInputError("the hook input is nested too deeply to be read") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise HookInputError(f"the hook input is not JSON ({exc})") from None
     if not isinstance(data, dict):

@@ -182,6 +182,7 @@ def test_no_service_is_a_refusal_that_names_the_fix(tmp_path: pathlib.Path) -> N
         (b"not json", "the hook input is not JSON"),
         (b"[1, 2]", "the hook input is not a JSON object"),
         (json.dumps({"hook_event_name": "Stop"}).encode(), "hook_event_name 'Stop' is not one"),
+        (b"[" * 200_000, "the hook input is nested too deeply to be read"),
     ],
 )
 def test_an_input_that_cannot_be_read_blocks_with_exit_2(
@@ -384,3 +385,32 @@ def test_the_board_shows_arguments_only_when_small_and_escaped() -> None:
         "path\\u202e": ["\\x1b[2J", {"k": "v\\u202e"}],
         "n": 3,
     }
+
+
+def test_peers_that_break_the_protocol_do_not_stop_the_service(tmp_path: pathlib.Path) -> None:
+    import socket
+
+    with service(tmp_path) as running:
+        frames = [
+            b'{"v": 1, "agent": "claude-code"',  # then the peer goes away mid-line
+            b"[" * 200_000 + b"\n",  # nested past what the parser can read
+            b'{"v": 2}\n',
+            b"\xff\xfe\n",
+        ]
+        replies = []
+        for frame in frames:
+            with socket.socket(socket.AF_UNIX) as peer:
+                peer.connect(str(running.socket))
+                peer.sendall(frame)
+                if frame.endswith(b"\n"):
+                    replies.append(json.loads(peer.makefile("rb").readline()))
+        assert [r["outcome"] for r in replies] == ["unavailable"] * 3
+        assert replies[0]["message"] == "refused: a question is nested too deeply to be read"
+        assert replies[1]["message"].startswith("refused: v must be 1")
+        # Still serving.
+        status, out, _ = hook("codex", hook_input("rm x"), running.socket, "--timeout", "2")
+        assert status == 0
+        assert decision(out)["permissionDecision"] == "deny"
+        assert running.process.poll() is None
+    err = running.stop()
+    assert "Traceback" not in err

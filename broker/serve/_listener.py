@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import socket
 import stat
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from ._service import ApprovalService
 
 __all__ = ["SocketError", "serve_socket"]
+
+log = logging.getLogger("broker.serve")
 
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -108,7 +111,7 @@ async def serve_socket(
             task_status.started(path)
             while True:
                 stream = await listener.accept()
-                nursery.start_soon(_connection, stream, service)
+                nursery.start_soon(_contained, stream, service)
     finally:
         listener_socket.close()
         with contextlib.suppress(FileNotFoundError):
@@ -126,6 +129,19 @@ async def _read_line(stream: trio.SocketStream) -> bytes | None:
             return bytes(received[: received.index(b"\n")])
         if len(received) > MAX_FRAME + 1:
             raise FrameError(f"a question is at most {MAX_FRAME} bytes")
+
+
+async def _contained(stream: trio.SocketStream, service: ApprovalService) -> None:
+    """One connection, its failures contained: a peer that resets, a question that breaks
+    something unforeseen, is logged and ends that connection (its hook refuses: it read no
+    answer), never the service."""
+    await trio.lowlevel.checkpoint()
+    try:
+        await _connection(stream, service)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        log.info("a hook's connection broke before its answer was sent")
+    except Exception:
+        log.exception("a hook's question failed; its connection is closed (the hook refuses)")
 
 
 async def _connection(stream: trio.SocketStream, service: ApprovalService) -> None:
@@ -149,8 +165,11 @@ async def _connection(stream: trio.SocketStream, service: ApprovalService) -> No
         async with trio.open_nursery() as watching:
 
             async def went_away() -> None:
-                # Anything more, or the end: the hook is gone (it sends one line, then waits).
-                await stream.receive_some(1)
+                # Anything more, or the end: the hook is gone (it sends one line, then waits);
+                # a reset is gone all the same.
+                await trio.lowlevel.checkpoint()
+                with contextlib.suppress(trio.BrokenResourceError):
+                    await stream.receive_some(1)
                 signal.abort("the hook process went away (the agent's hook timeout?)")
 
             watching.start_soon(went_away)

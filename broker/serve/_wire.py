@@ -81,6 +81,8 @@ def read_question(line: bytes) -> Question:
         raise FrameError(f"a question is at most {MAX_FRAME} bytes")
     try:
         data = json.loads(line)
+    except RecursionError:
+        raise FrameError("a question is nested too deeply to be read") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise FrameError(f"a question is one JSON object per line ({exc})") from None
     if not isinstance(data, dict):
