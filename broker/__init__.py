@@ -31,6 +31,7 @@ from ._errors import BrokerError as BrokerError
 from ._errors import ResumeError as ResumeError
 from ._errors import SessionClosedError as SessionClosedError
 from ._errors import SessionCrashedError as SessionCrashedError
+from ._errors import SessionNotStoredError as SessionNotStoredError
 from ._errors import TurnError as TurnError
 from ._events import AgentMessage as AgentMessage
 from ._events import ApprovalAsked as ApprovalAsked
@@ -113,6 +114,7 @@ __all__ = [
     "SessionClosedError",
     "SessionCrashedError",
     "SessionFencedError",
+    "SessionNotStoredError",
     "SessionOwnedError",
     "SessionRecord",
     "Source",

@@ -11,6 +11,7 @@ that covers your case — ``BrokerError`` covers everything the package raises o
     ├── AuditAppendError                 an audit event could not be made durable
     │   └── AuditInvariantError          an event that would break an audit rule was refused
     ├── ResumeError                      a stored session cannot be resumed
+    │   └── SessionNotStoredError        the store holds no session of that id
     ├── EventDecodeError (ValueError)    a log line is not an event          [_codec]
     ├── CompositionError (ValueError)    a bad ``broker acp`` setting        [_composition]
     ├── ScenarioError (ValueError)       a bad scenario file                 [agent]
@@ -62,6 +63,7 @@ __all__ = [
     "ResumeError",
     "SessionClosedError",
     "SessionCrashedError",
+    "SessionNotStoredError",
     "TurnError",
 ]
 
@@ -99,3 +101,8 @@ class AuditInvariantError(AuditAppendError):
 
 class ResumeError(BrokerError):
     """A stored session cannot be resumed: unknown, already open here, or not recovered."""
+
+
+class SessionNotStoredError(ResumeError):
+    """The store holds no session of that id (a caller that maps outside ids onto sessions
+    opens a new one then: ``start_session(session_id=...)``)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ._errors import ResumeError
+from ._errors import ResumeError, SessionNotStoredError
 from ._projection import fold_all
 from .store import SessionOwnedError, StoreError
 
@@ -46,7 +46,7 @@ async def take_for_resume(
     """
     record = await store.lookup(session_id)
     if record is None:
-        raise ResumeError(
+        raise SessionNotStoredError(
             f"session {session_id!r} is not in {where}: pass the id of a session it holds "
             "(broker log show STORE lists them)"
         )

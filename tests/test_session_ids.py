@@ -30,3 +30,15 @@ async def test_an_id_that_is_not_a_uuid_is_refused_by_name(bad: object) -> None:
     async with open_broker() as broker:
         with pytest.raises(ValueError, match="session_id must be a UUID string"):
             await broker.start_session(session_id=bad)  # type: ignore[arg-type]
+
+
+async def test_resuming_an_id_the_store_does_not_hold_says_so_by_its_kind() -> None:
+    from broker import ResumeError, SessionNotStoredError
+
+    sid = str(uuid.uuid4())
+    async with open_broker() as broker:
+        with pytest.raises(SessionNotStoredError, match=r"is not in .*: pass the id") as caught:
+            await broker.start_session(resume=sid)
+        assert isinstance(caught.value, ResumeError)  # what callers catch today still catches it
+        async with broker.open_session(session_id=sid) as session:
+            assert session.id == sid

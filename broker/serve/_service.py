@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from .._errors import ResumeError
+from .._errors import SessionNotStoredError
 from .._request import ApprovalRequest
 from .._vocabulary import Outcome, Source
 from ._wire import Question, Reply
@@ -142,9 +142,8 @@ class ApprovalService:
         """Open (or resume) the session, hold its turn open until cancelled, then close it."""
         try:
             session = await self.broker.start_session(resume=sid)
-        except ResumeError as exc:
-            if "is not in" not in str(exc):
-                raise  # held, but not resumable as it is: say so, never fork its log
+        except SessionNotStoredError:
+            # New to the store. (Held but not resumable as it is raises: never fork a log.)
             session = await self.broker.start_session(session_id=sid)
         session.agent.label = label  # what people see where they answer
         try:
