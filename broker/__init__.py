@@ -134,3 +134,7 @@ __all__ = [
     "open_broker",
     "serve_broker",
 ]
+
+from ._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

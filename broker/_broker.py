@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import attrs
 import trio
@@ -35,6 +35,7 @@ from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .rules import Rule, RuleSet, remember_in_file
 from .store import (
     AnswerBoard,
+    EventStore,
     GrantRevocation,
     HasAnswerBoard,
     MemoryBoard,
@@ -45,9 +46,6 @@ from .store import (
     open_store,
     parse_store_url,
 )
-
-if TYPE_CHECKING:
-    from .store import EventStore
 
 __all__ = ["Broker", "open_broker", "serve_broker"]
 

@@ -11,34 +11,26 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import attrs
 import trio
 
-from ._answerers import run_waterfall
-from ._appends import Lifecycle, if_pending
+from ._agent import Agent
+from ._answerers import AnswererHandle, run_waterfall
+from ._appends import Appendable, Builder, Lifecycle, SessionLog, if_pending
 from ._arguments import arguments_digest
 from ._collapse import collapse_single
 from ._errors import SessionClosedError, TurnError
 from ._events import ApprovalAsked, ApprovalDecided, ApprovalRevoke, Event
 from ._flight import Flight, Withdrawal
-from ._request import ASKING, Asking
+from ._projection import ApprovalState, Grant
+from ._request import ASKING, ApprovalRequest, Asking
 from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
 from ._vocabulary import Outcome, Policy, Source
-from .rules import RuleDecision
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Any
-
-    from ._agent import Agent
-    from ._answerers import AnswererHandle
-    from ._appends import Appendable, Builder, SessionLog
-    from ._projection import ApprovalState, Grant
-    from ._request import ApprovalRequest
-    from .rules import Rule, RuleSet
+from .rules import Rule, RuleDecision, RuleSet
 
 __all__ = ["Asker", "Decision", "Questions"]
 

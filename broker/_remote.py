@@ -34,21 +34,17 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import trio
 
+from ._answerers import AnswerNext
 from ._decision import Answer
 from ._grants import always_offer
-from ._request import current_question
+from ._request import ApprovalRequest, current_question
 from ._vocabulary import Outcome
-from .store import SHOWN_ARGUMENTS, PendingQuestion, RemoteAnswer
-
-if TYPE_CHECKING:
-    from ._answerers import AnswerNext
-    from ._request import ApprovalRequest
-    from .store import AnswerBoard
+from .store import SHOWN_ARGUMENTS, AnswerBoard, PendingQuestion, RemoteAnswer
 
 __all__ = ["RemoteAnswerer", "process_owner"]
 

@@ -25,28 +25,26 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import trio
 
 from ._agent import Agent
+from ._answerers import AnswererHandle, AnswerFn
 from ._appends import Lifecycle, SessionLog, if_pending
 from ._collapse import collapse_single, is_cancellation
 from ._errors import AuditAppendError, SessionClosedError, SessionCrashedError, TurnError
 from ._events import ApprovalDecided, Event, TurnEnd, TurnEndReason, TurnStart
 from ._factory_made import FactoryMade
 from ._flight import Withdrawal
+from ._host import SessionHost
 from ._policy_grants import PolicyAndGrants
 from ._projection import EMPTY_STATE, ApprovalState
 from ._questions import Questions
 from ._vocabulary import Delegation, Outcome
-
-if TYPE_CHECKING:
-    from ._answerers import AnswererHandle, AnswerFn
-    from ._host import SessionHost
-    from .rules import RuleSet
-    from .store import SessionFencedError
+from .rules import RuleSet
+from .store import SessionFencedError
 
 __all__ = ["Session"]
 

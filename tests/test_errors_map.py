@@ -23,14 +23,17 @@ def defined_exceptions() -> dict[str, type[BaseException]]:
         if name.endswith("__main__"):
             continue
         module = importlib.import_module(name)
-        for cls_name, cls in vars(module).items():
+        for cls in vars(module).values():
             if (
                 inspect.isclass(cls)
                 and issubclass(cls, BaseException)
-                and cls.__module__ == module.__name__
-                and not cls_name.startswith("_")
+                and cls.__module__.split(".")[0] == "broker"
+                and not cls.__name__.startswith("_")
             ):
-                found[cls_name] = cls
+                # Any class of the package's (a public class reports its public module, see
+                # broker._module_metadata); two of one name are one entry on the map.
+                found[cls.__name__] = cls  # its own name, not an alias it is imported as
+
     return found
 
 

@@ -145,3 +145,7 @@ __all__ = [
     "params_from_wire",
     "to_wire",
 ]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -36,3 +36,7 @@ __all__ = [
     "conversation_from_log",
     "unfinished_text",
 ]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -11,27 +11,19 @@ the last step (``approval:policy``, ``sandbox:mode``, and for a delegated child
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 import attrs
 import trio
 
+from .._broker import Broker
 from .._context import APPROVAL_DELEGATION, APPROVAL_POLICY
-from .._events import AgentMessage, ToolCalled, ToolResulted, UserMessage
-from .._signal import is_aborted
-from ..tools import SANDBOX_MODE, BashTool, sandbox_context
+from .._events import AgentMessage, Event, ToolCalled, ToolResulted, UserMessage
+from .._session import Session
+from .._signal import Signal, is_aborted
+from ..tools import SANDBOX_MODE, BashTool, ToolCall, ToolResult, ToolRuntime, sandbox_context
 from ._history import conversation_from_log
-from ._model import ContextEntry, Message, ModelRequest
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from .._broker import Broker
-    from .._events import Event
-    from .._session import Session
-    from .._signal import Signal
-    from ..tools import ToolCall, ToolResult, ToolRuntime
-    from ._model import Model
+from ._model import ContextEntry, Message, Model, ModelRequest
 
 __all__ = ["AgentLoop", "LoopObserver", "StopReason", "TurnResult"]
 

@@ -7,13 +7,12 @@ the runtime context and the notices queued for this step.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 import attrs
 
-if TYPE_CHECKING:
-    from .._agent import Notice
-    from ..tools import ToolCall, ToolSpec
+from .._agent import Notice
+from ..tools import ToolCall, ToolSpec
 
 __all__ = ["ContextEntry", "Message", "Model", "ModelRequest", "ModelResponse"]
 

@@ -9,3 +9,7 @@ from ._harness import run_chaos as run_chaos
 from ._plan import ChaosConfig as ChaosConfig
 
 __all__ = ["ChaosConfig", "ChaosReport", "run_chaos"]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -29,3 +29,7 @@ __all__ = [
     "HookSettingsError",
     "HookVerdict",
 ]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -6,20 +6,15 @@ joined with a blank line in configuration order, whatever order the hooks finish
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import pathlib
+from collections.abc import Mapping, Sequence
 
 import attrs
 import trio
 
-from ..tools import Allow, Ask, Deny
+from ..tools import Allow, Ask, Deny, GateDecision
 from ._runner import HookVerdict, run_hook
-
-if TYPE_CHECKING:
-    import pathlib
-    from collections.abc import Mapping, Sequence
-
-    from ..tools import GateDecision
-    from ._settings import HookSettings
+from ._settings import HookSettings
 
 __all__ = ["DEFAULT_DENY_REASON", "HookBridge", "HookCall", "merge_verdicts"]
 

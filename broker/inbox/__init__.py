@@ -25,3 +25,7 @@ from ._serve import InboxListenError as InboxListenError
 from ._serve import serve_inbox as serve_inbox
 
 __all__ = ["InboxKeys", "InboxListenError", "serve_inbox"]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -18,21 +18,18 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from typing import TYPE_CHECKING
 
 import trio
 from hypercorn.config import Config, Sockets
 from hypercorn.trio import serve
 
+from .._broker import Broker
 from .._collapse import collapse_single
+from ..store import AnswerBoard
 from ._app import InboxApp
 from ._auth import InboxKeys
 from ._feed import Feed
 from ._timeline import session_log_of
-
-if TYPE_CHECKING:
-    from .._broker import Broker
-    from ..store import AnswerBoard
 
 __all__ = ["InboxListenError", "serve_inbox"]
 

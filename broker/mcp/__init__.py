@@ -24,3 +24,7 @@ __all__ = [
     "relay",
     "serve_mcp_gate",
 ]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -24,22 +24,20 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from .._agent import Agent
+from .._broker import Broker
 from .._request import ApprovalRequest
 from .._vocabulary import Outcome
 from ._calls import REASON_ARGUMENTS
 from ._messages import refusal_text
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from mcp import types
-
-    from .._agent import Agent
-    from .._broker import Broker
 
 __all__ = ["GatedTools", "ToolCaller"]
 

@@ -55,11 +55,12 @@ first gets what it sent decided and answered, within ``answer_grace`` seconds.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import attrs
 import trio
 
+from .._broker import Broker
 from .._display import printable
 from .._framing import read_lines
 from ._calls import MAX_HELD, REASON_ARGUMENTS, CallGate
@@ -81,9 +82,6 @@ from ._ledger import GATE_ID_PREFIX, MAX_OUTSTANDING, Ledger
 from ._messages import advertises_form_elicitation
 from ._pump import Pump
 from ._rules import GateRules
-
-if TYPE_CHECKING:
-    from .._broker import Broker
 
 __all__ = [
     "ANSWER_GRACE",

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .._decision import Answer
 from .._display import printable
+from .._request import ApprovalRequest
 from .._vocabulary import Outcome
 from ._frames import encode
-
-if TYPE_CHECKING:
-    from .._request import ApprovalRequest
 
 __all__ = [
     "INPUT_KEY",

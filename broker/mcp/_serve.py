@@ -19,18 +19,16 @@ from __future__ import annotations
 import subprocess
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import attrs
 import trio
 
+from .._broker import Broker
 from ._gate import ANSWER_GRACE, MAX_LINE_BYTES, relay
 from ._http import UpstreamUrl
 from ._rules import GateRules
 from ._streamable import open_streamable_upstream
-
-if TYPE_CHECKING:
-    from .._broker import Broker
 
 __all__ = ["STOP_GRACE", "serve_mcp_gate"]
 

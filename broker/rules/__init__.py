@@ -54,3 +54,7 @@ __all__ = [
     "remember_in_file",
     "rules_from_claude_code",
 ]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -24,7 +24,8 @@ indexed by their first word, so a decision reads a few rules whatever the number
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -32,9 +33,6 @@ from .._tool_names import tool_aliases
 from .._vocabulary import Outcome
 from ._model import Rule, RuleDecision
 from ._shell import CommandPart, ParsedCommand, parse_command
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
 
 __all__ = ["PartVerdict", "RuleSet", "Verdict", "command_of"]
 

@@ -37,16 +37,14 @@ import pathlib
 import re
 import stat
 import tomllib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 from .._errors import BrokerError
 from ._engine import RuleSet
 from ._glob import GlobError
 from ._model import ANY_PATH, URL_DOMAIN, Layer, Rule, RuleDecision, RuleOrigin
 from ._shell import split_words
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
 
 __all__ = [
     "RulesFileError",

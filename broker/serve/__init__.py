@@ -34,3 +34,7 @@ __all__ = [
     "serve_socket",
     "session_id_for",
 ]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -19,21 +19,18 @@ parallel) are each one question of that turn.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
+from .._broker import Broker
 from .._errors import SessionNotStoredError
+from .._questions import Decision
 from .._request import ApprovalRequest
+from .._session import Session
+from .._signal import Signal
 from .._vocabulary import Outcome, Source
 from ._wire import Question, Reply
-
-if TYPE_CHECKING:
-    from .._broker import Broker
-    from .._questions import Decision
-    from .._session import Session
-    from .._signal import Signal
 
 __all__ = ["SESSION_NAMESPACE", "ApprovalService", "explain", "session_id_for"]
 

@@ -98,3 +98,7 @@ __all__ = [
     "open_store",
     "parse_store_url",
 ]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

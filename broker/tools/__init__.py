@@ -58,3 +58,7 @@ __all__ = [
     "denial_marker",
     "sandbox_context",
 ]
+
+from .._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from .._signal import is_aborted
-
-if TYPE_CHECKING:
-    from .._agent import Agent
-    from .._broker import Broker
-    from .._signal import Signal
+from .._agent import Agent
+from .._broker import Broker
+from .._signal import Signal, is_aborted
 
 __all__ = ["CallContext", "ToolCall", "ToolResult", "ToolSpec"]
 

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import attrs
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
 __all__ = ["DEFAULT_INHERIT", "SECRET_PATTERNS", "EnvironmentPolicy"]
 

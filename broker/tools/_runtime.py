@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import Protocol, TypeAlias
 
 import attrs
 import trio
 
+from .._agent import Agent
+from .._broker import Broker
 from .._request import ApprovalRequest
+from .._signal import Signal
 from .._vocabulary import Outcome
 from .._waterfall import run_chain
 from ..rules import RuleDecision
@@ -29,11 +32,6 @@ from . import _texts
 from ._asking import ask_or_refuse
 from ._call import CallContext, ToolCall, ToolResult, ToolSpec
 from ._gate import Allow, Ask, Deny, GateDecision
-
-if TYPE_CHECKING:
-    from .._agent import Agent
-    from .._broker import Broker
-    from .._signal import Signal
 
 __all__ = ["Gate", "GateNext", "Tool", "ToolRuntime"]
 

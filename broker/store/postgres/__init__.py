@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..._module_metadata import fixup_module_metadata
 from ._store import PostgresStore as PostgresStore
 from ._store import open_postgres_store as open_postgres_store
 
@@ -31,3 +32,6 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     return getattr(importlib.import_module(module, __name__), name)
+
+
+fixup_module_metadata(__name__, globals())

@@ -28,3 +28,7 @@ __all__ = [
     "open_sqlite_reader",
     "open_sqlite_store",
 ]
+
+from ..._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())

@@ -34,3 +34,7 @@ __all__ = [
     "denial_marker",
     "looks_like_write_denial",
 ]
+
+from ..._module_metadata import fixup_module_metadata
+
+fixup_module_metadata(__name__, globals())
