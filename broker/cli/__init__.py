@@ -21,6 +21,7 @@ from . import (
     _people,
     _rules,
     _serve,
+    _stats,
 )
 from ._errors import EXIT_USAGE, run_command
 
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     _grants.register(sub)
     _serve.register(sub)
     _people.register(sub)
+    _stats.register(sub)
     hook = sub.add_parser(
         "hook",
         help="answer a Claude Code or Codex hook by asking broker serve (never fails open)",

@@ -25,19 +25,18 @@ from ..store import (
     LogToolError,
     SessionExistsError,
     StoreError,
-    StoreUrlError,
     VerifyError,
     describe_entry,
     export_all,
     import_file,
     list_sessions,
-    parse_store_url,
     seconds,
     session_lines,
     show_session,
     verify_store,
 )
 from ._errors import database_error
+from ._store_args import store_url
 
 if TYPE_CHECKING:
     from ..store import SessionSummary, Timeline
@@ -53,18 +52,6 @@ EXIT_CANNOT_RUN = 2
 
 # broker log reads and writes SQLite files (a PostgreSQL URL: issue 22 step 5).
 _READ_ONLY = "the store: a file path, sqlite:///PATH or postgresql://… (read-only)"
-
-
-def _STORE(text: str) -> str:
-    """A store as given: a path, ``sqlite:///PATH`` or ``postgresql://…`` (checked here)."""
-    try:
-        parse_store_url(text)
-    except StoreUrlError as exc:
-        raise argparse.ArgumentTypeError(
-            "expected a file path, sqlite:///PATH or postgresql://…: pass the store the broker "
-            "writes"
-        ) from exc
-    return text
 
 
 DESCRIPTION = """\
@@ -97,7 +84,7 @@ def register(sub: _Sub) -> None:
     )
     show.add_argument(
         "store",
-        type=_STORE,
+        type=store_url,
         help=_READ_ONLY,
     )
     show.add_argument("session", nargs="?", help="the session to show (default: list sessions)")
@@ -110,7 +97,7 @@ def register(sub: _Sub) -> None:
     )
     verify.add_argument(
         "store",
-        type=_STORE,
+        type=store_url,
         help=_READ_ONLY,
     )
     verify.add_argument(
@@ -131,7 +118,7 @@ def register(sub: _Sub) -> None:
     )
     export.add_argument(
         "store",
-        type=_STORE,
+        type=store_url,
         help=_READ_ONLY,
     )
     export.add_argument("--session", help="export only this session")
@@ -151,7 +138,7 @@ def register(sub: _Sub) -> None:
     )
     imp.add_argument(
         "store",
-        type=_STORE,
+        type=store_url,
         help="the store: a file path (created if missing), sqlite:///PATH or postgresql://…",
     )
     imp.add_argument("file", help="the JSON-lines file, one event per line")

@@ -1,6 +1,6 @@
-"""Argument types for a store the command can only read as a SQLite file (``broker demo
---store``, ``broker log … STORE``): a path or ``sqlite:///PATH``; argparse adds the option's
-name to the message."""
+"""Argument types for a store: any store (``store_url``: a path, ``sqlite:///PATH`` or
+``postgresql://…``), or one the command can only read as a SQLite file (``sqlite_file``);
+argparse adds the option's name to the message."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from ..store import PostgresUrl, StoreUrlError, parse_store_url
 
-__all__ = ["sqlite_file"]
+__all__ = ["sqlite_file", "store_url"]
 
 
 def sqlite_file(why: str) -> Callable[[str], str]:
@@ -32,3 +32,16 @@ def sqlite_file(why: str) -> Callable[[str], str]:
         return where.path
 
     return parse
+
+
+def store_url(text: str) -> str:
+    """A store as given: a path, ``sqlite:///PATH`` or ``postgresql://…`` (checked here; the
+    message never repeats the text, which may carry a password)."""
+    try:
+        parse_store_url(text)
+    except StoreUrlError as exc:
+        raise argparse.ArgumentTypeError(
+            "expected a file path, sqlite:///PATH or postgresql://…: pass the store the broker "
+            "writes"
+        ) from exc
+    return text
