@@ -16,7 +16,7 @@ from typing import ClassVar
 import attrs
 import trio
 
-from ._agent import Agent, AgentSession
+from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle
 from ._bounded_waits import BoundedWaits
 from ._collapse import collapse_single
@@ -283,7 +283,7 @@ class Broker(metaclass=FactoryMade):
         finally:
             await session.aclose()
 
-    async def delegate(self, parent: Agent) -> Session:
+    async def delegate(self, parent: Session | Agent) -> Session:
         """Start a delegated child session of *parent*'s session (contract §8.5).
 
         The parent's effective policy is captured synchronously, before any checkpoint. Under
@@ -291,7 +291,7 @@ class Broker(metaclass=FactoryMade):
         it gets the captured policy with ``source: "delegation"``. Cancellation: a child may be
         left open without its policy event; it is closed with the broker.
         """
-        parent_session = self._check_agent(parent, "parent")
+        parent_session = self._check_session(parent, "parent")
         captured = parent_session.effective_policy
         seeded = Policy.NEVER if self.delegation is Delegation.PIN_NEVER else captured
         child = await self.start_session(parent_session)
@@ -307,33 +307,33 @@ class Broker(metaclass=FactoryMade):
         self._sessions.pop(session_id, None)
 
     def _check_session(self, session: object, parameter: str) -> Session:
-        if not isinstance(session, Session):
-            raise TypeError(
-                f"{parameter} must be a Session, got {type(session).__name__}: "
-                "pass a session from broker.start_session()"
-            )
-        if session.host is not self:
-            raise ValueError(f"{parameter} belongs to another broker: use a session of this broker")
-        session.require_open(parameter)
-        return session
+        """The open session of this broker that *session* names: a ``Session``, or an
+        ``Agent`` (its session). Every method that acts on a session takes either."""
+        found = self._session_of(session, parameter)
+        found.require_open(parameter)
+        return found
 
     def _check_agent(self, agent: object, parameter: str) -> Session:
-        """The open session of this broker that *agent* belongs to (use it, not agent.session)."""
+        """The open session of this broker that *agent* belongs to (where only an agent will
+        do: a request's ``agent``, an answerer's ``scope``)."""
         if not isinstance(agent, Agent):
             raise TypeError(
                 f"{parameter} must be an Agent, got {type(agent).__name__}: pass session.agent"
             )
         return self._check_session(agent.session, parameter)
 
-    @staticmethod
-    def _session_of(agent: Agent) -> Session:
-        """*agent*'s session as a ``Session`` (open or not; agents are made by sessions only)."""
-        session = agent.session
+    def _session_of(self, session: object, parameter: str = "session") -> Session:
+        """The ``Session`` *session* names (a session or an agent's), open or not, of this
+        broker: what the sync readers use."""
+        if isinstance(session, Agent):
+            session = session.session
         if not isinstance(session, Session):
             raise TypeError(
-                f"agent.session must be a Session, got {type(session).__name__}: "
-                "pass the agent of a session from broker.start_session()"
+                f"{parameter} must be a Session or an Agent, got {type(session).__name__}: "
+                "pass a session from broker.start_session(), or its agent"
             )
+        if session.host is not self:
+            raise ValueError(f"{parameter} belongs to another broker: use a session of this broker")
         return session
 
     # -- answerers ------------------------------------------------------------------------
@@ -436,7 +436,7 @@ class Broker(metaclass=FactoryMade):
                 scope = "session"
                 lasts = always_for if answer.always_for_ms is None else answer.always_for_ms / 1000
             return await self.remember(
-                req.agent.session,
+                req.agent,
                 req.tool_name,
                 command=command,
                 by=answer.by,
@@ -518,28 +518,28 @@ class Broker(metaclass=FactoryMade):
 
     # -- policy (contract §5) ------------------------------------------------------------------
 
-    def effective_policy(self, session: Session) -> Policy:
-        """The last ``approval/policy`` of *session*, else the deployment default."""
-        return session.effective_policy
+    def effective_policy(self, session: Session | Agent) -> Policy:
+        """The last ``approval/policy`` of *session* (or an agent's), else the deployment
+        default. Sync; the session may be closed."""
+        return self._session_of(session).effective_policy
 
-    async def set_approval_policy(self, session: Session, policy: Policy | str) -> None:
+    async def set_approval_policy(self, session: Session | Agent, policy: Policy | str) -> None:
         """Durably record *policy* for *session* (validated; no notice; outside a turn is fine).
 
         Cancellation: the event may still land.
         """
         value = parse_policy(policy)
-        self._check_session(session, "session")
-        await session.set_approval_policy(value)
+        await self._check_session(session, "session").set_approval_policy(value)
 
-    async def set_policy(self, agent: Agent, policy: Policy | str) -> bool:
-        """Switch *agent*'s session live. Returns whether the effective policy changed.
+    async def set_policy(self, session: Session | Agent, policy: Policy | str) -> bool:
+        """Switch *session* (or an agent's) live. Returns whether the effective policy changed.
 
         Unchanged: no event, no notice. Changed: ``approval/policy`` is appended and a switch
         notice is queued for the agent's next model step (:meth:`Agent.take_notices`).
         Cancellation: the event may still land, and then the notice is not queued.
         """
         value = parse_policy(policy)
-        return await self._check_agent(agent, "agent").switch_policy(value)
+        return await self._check_session(session, "session").switch_policy(value)
 
     def approval_context(self, agent: Agent | None) -> str:
         """The ``approval:policy`` runtime-context text for *agent* now ('' without an agent)."""
@@ -566,10 +566,10 @@ class Broker(metaclass=FactoryMade):
 
     # -- grants (contract §6) ------------------------------------------------------------------
 
-    async def grant(self, session: AgentSession, tool_name: str) -> bool:
+    async def grant(self, session: Session | Agent, tool_name: str) -> bool:
         """Remember *tool_name* for *session* (and its live descendants). Idempotent.
 
-        *session* is a ``Session`` of this broker (``agent.session`` is one).
+        *session* is a ``Session`` of this broker, or its ``Agent``.
 
         Returns whether an ``approval/grant`` was appended (False: it was already granted).
         Allowed outside a turn. Cancellation: the grant may still land.
@@ -579,7 +579,7 @@ class Broker(metaclass=FactoryMade):
 
     async def remember(
         self,
-        session: AgentSession,
+        session: Session | Agent,
         tool_name: str,
         *,
         command: str | None = None,
@@ -639,14 +639,16 @@ class Broker(metaclass=FactoryMade):
         await target.add_grant(grant)
         return grant
 
-    async def revoke(self, session: AgentSession, grant_id: str, *, by: str | None = None) -> bool:
+    async def revoke(
+        self, session: Session | Agent, grant_id: str, *, by: str | None = None
+    ) -> bool:
         """Take back the grant *grant_id* of *session* (for the seed's id-less grant: the
         tool's name): no question decided after this returns is covered by it. Returns
         whether a grant was revoked (False: no such grant, or revoked already). Allowed outside
         a turn. Cancellation: the revocation may still land."""
         return await self._check_session(session, "session").revoke(grant_id, by)
 
-    def grants(self, session: AgentSession) -> list[Grant]:
+    def grants(self, session: Session | Agent) -> list[Grant]:
         """The grants *session* holds now (not its ancestors'), oldest first; the seed's
         id-less grants are listed with their tool's name as id. Expired grants are listed
         until a question records their expiry (see :meth:`Grant.expired`)."""
@@ -659,13 +661,10 @@ class Broker(metaclass=FactoryMade):
         (one already past its rules is not affected). Sync: never blocks."""
         self.rules = _check_rules(rules)
 
-    def is_granted(self, agent: Agent, tool_name: str) -> bool:
-        """Whether *agent*'s session or a live ancestor holds a grant for *tool_name*."""
-        if not isinstance(agent, Agent):
-            raise TypeError(
-                f"agent must be an Agent, got {type(agent).__name__}: pass session.agent"
-            )
-        return self._session_of(agent).is_granted(_check_tool(tool_name))
+    def is_granted(self, session: Session | Agent, tool_name: str) -> bool:
+        """Whether *session* (or an agent's) or a live ancestor holds a grant for
+        *tool_name*. Sync; the session may be closed."""
+        return self._session_of(session).is_granted(_check_tool(tool_name))
 
     # -- shutdown -------------------------------------------------------------------------
 

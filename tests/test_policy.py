@@ -209,9 +209,42 @@ async def test_set_policy_validates(approval_broker: Broker, approval_session: S
     with pytest.raises(ValueError, match=POLICY_ERROR):
         await approval_broker.set_policy(approval_session.agent, "always")
     with pytest.raises(
-        TypeError, match=r"^agent must be an Agent, got Session: pass session.agent$"
+        TypeError,
+        match=r"^session must be a Session or an Agent, got str: pass a session from "
+        r"broker.start_session\(\), or its agent$",
     ):
-        await approval_broker.set_policy(approval_session, "never")  # type: ignore[arg-type]
+        await approval_broker.set_policy("s1", "never")  # type: ignore[arg-type]
+
+
+async def test_every_session_method_takes_a_session_or_its_agent(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    """One idea, one kind of argument: what acts on a session takes the Session or its Agent,
+    and both mean the same session."""
+    broker, session, agent = approval_broker, approval_session, approval_session.agent
+    assert await broker.set_policy(session, "never")
+    assert broker.effective_policy(agent) is Policy.NEVER
+    assert agent.take_notices() != []  # the live switch notifies the agent either way
+    assert await broker.set_policy(agent, "ask")
+    await broker.set_approval_policy(agent, "never")
+    assert broker.effective_policy(session) is Policy.NEVER
+    assert await broker.grant(agent, "bash")
+    assert not await broker.grant(session, "bash")  # the same session: already granted
+    assert broker.is_granted(session, "bash")
+    assert broker.is_granted(agent, "bash")
+    grant = await broker.remember(agent, "read")
+    assert [g.id for g in broker.grants(session)] == [g.id for g in broker.grants(agent)]
+    assert await broker.revoke(session, grant.id)
+    child = await broker.delegate(session)
+    grandchild = await broker.delegate(child.agent)
+    assert grandchild.parent is child
+    assert child.parent is session
+    async with open_broker() as other:
+        stranger = await other.start_session()
+        with pytest.raises(ValueError, match=r"^session belongs to another broker: "):
+            broker.is_granted(stranger.agent, "bash")
+        with pytest.raises(ValueError, match=r"^session belongs to another broker: "):
+            broker.effective_policy(stranger)
 
 
 # -- runtime context ------------------------------------------------------------------------

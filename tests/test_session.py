@@ -332,7 +332,7 @@ async def test_serve_broker_runs_as_a_task() -> None:
 
 
 async def test_parent_must_be_an_open_session(approval_broker: Broker) -> None:
-    with pytest.raises(TypeError, match=r"^parent must be a Session, got str: "):
+    with pytest.raises(TypeError, match=r"^parent must be a Session or an Agent, got str: "):
         await approval_broker.start_session("root")  # type: ignore[arg-type]
     closed = await approval_broker.start_session()
     await closed.aclose()

@@ -201,7 +201,7 @@ class AcpAnswerer:
             return Outcome.ALLOWED_ONCE
         if offer is not None and outcome.option_id == ALLOW_ALWAYS.option_id:
             await self.broker.remember(
-                req.agent.session,
+                req.agent,
                 req.tool_name,
                 command=always_proposal(req),
                 by="acp client",
@@ -210,7 +210,7 @@ class AcpAnswerer:
             return Outcome.ALLOWED_ONCE
         if project is not None and outcome.option_id == ALLOW_ALWAYS_PROJECT.option_id:
             await self.broker.remember(
-                req.agent.session,
+                req.agent,
                 req.tool_name,
                 command=always_proposal(req),
                 by="acp client",
