@@ -8,7 +8,7 @@ Synopsis::
                   #   $ broker answer /var/lib/agent/log.sqlite QUESTION_ID allow --by alice
 
 It sits in the waterfall like any other answerer (usually last, as the terminal one). For
-each question it is consulted on it puts the question on the board (:mod:`.store._board`) with
+each question it is consulted on it puts the question on the board (:mod:`broker.store.board`) with
 what a person needs to decide — tool, call id, reason, display reason, session, agent, owner —
 and waits for the first answer given there, which it returns as ``Answer(outcome, by=...)``
 (so ``approval/decided`` records ``answeredBy``). The question's flight decides as for any

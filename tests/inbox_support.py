@@ -13,7 +13,7 @@ import trio
 
 from broker import Broker
 from broker.inbox import serve_inbox
-from broker.store._board import AnswerBoard
+from broker.store.board import AnswerBoard
 
 __all__ = ["TOKEN", "EventStream", "Inbox", "Reply", "http", "open_events", "open_inbox"]
 

@@ -20,7 +20,7 @@ from broker import (
     open_broker,
 )
 from broker.store import StoreError
-from broker.store._board import UnknownQuestionError
+from broker.store.board import UnknownQuestionError
 
 
 async def _pending_id(broker: Broker, count: int = 1) -> list[str]:

@@ -13,8 +13,7 @@ import trio
 
 from broker import ApprovalRequest, ApprovalRevoke, Broker, Session, Source, open_broker
 from broker.store import open_sqlite_store
-from broker.store._board import check_grant_id
-from broker.store._memory_board import MemoryBoard
+from broker.store.board import MemoryBoard, check_grant_id
 
 pytestmark = pytest.mark.slow
 

@@ -28,8 +28,7 @@ from broker import (
 )
 from broker.inbox import InboxKeys, InboxListenError, serve_inbox
 from broker.inbox._feed import Feed
-from broker.store._board import PendingQuestion
-from broker.store._memory_board import MemoryBoard
+from broker.store.board import MemoryBoard, PendingQuestion
 
 from .conftest import lines_of
 from .inbox_support import TOKEN, Inbox, http, open_events, open_inbox

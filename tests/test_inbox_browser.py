@@ -33,7 +33,7 @@ from broker import (
     open_broker,
 )
 from broker._remote import process_owner
-from broker.store._board import AnswerBoard, PendingQuestion
+from broker.store.board import AnswerBoard, PendingQuestion
 
 from .conftest import lines_of
 from .inbox_support import TOKEN, Inbox, open_inbox

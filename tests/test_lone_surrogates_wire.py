@@ -24,8 +24,7 @@ from broker.cli._terminal import TerminalAnswerer
 from broker.inbox import InboxKeys
 from broker.inbox._wire import AnswerReply, dumps
 from broker.mcp import GatedTools
-from broker.store._board import PendingQuestion
-from broker.store._memory_board import MemoryBoard
+from broker.store.board import MemoryBoard, PendingQuestion
 from broker.store.sqlite._board import SqliteBoard
 from broker.testing import ScriptedAnswerer
 

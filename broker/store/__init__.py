@@ -9,18 +9,6 @@ store adds its SQL and connection in its own folder: :mod:`broker.store.sqlite`,
 
 # For the other packages of broker (their front door into this one); not part of the
 # public API, so not in __all__.
-from ._board import SHOWN_ARGUMENTS as SHOWN_ARGUMENTS
-from ._board import AnswerBoard as AnswerBoard
-from ._board import AnswerRefusedError as AnswerRefusedError
-from ._board import GrantRevocation as GrantRevocation
-from ._board import HasAnswerBoard as HasAnswerBoard
-from ._board import PendingQuestion as PendingQuestion
-from ._board import QuestionStatus as QuestionStatus
-from ._board import RemoteAnswer as RemoteAnswer
-from ._board import UnknownQuestionError as UnknownQuestionError
-from ._board import check_answer as check_answer
-from ._board import check_by as check_by
-from ._board import check_grant_id as check_grant_id
 from ._boards import answer_board as answer_board
 from ._boards import board_for as board_for
 from ._describe import describe_entry as describe_entry
@@ -43,15 +31,7 @@ from ._logtools import show_session as show_session
 from ._logtools import verify_reader as verify_reader
 from ._logtools import verify_store as verify_store
 from ._memory import MemoryStore as MemoryStore
-from ._memory_board import MemoryBoard as MemoryBoard
 from ._open import open_store as open_store
-from ._people import TOKEN_PREFIX as TOKEN_PREFIX
-from ._people import PeopleExistsError as PeopleExistsError
-from ._people import Person as Person
-from ._people import check_group as check_group
-from ._people import check_person_name as check_person_name
-from ._people import new_token as new_token
-from ._people import token_hash as token_hash
 from ._protocol import Durability as Durability
 from ._protocol import EventStore as EventStore
 from ._protocol import SessionFencedError as SessionFencedError
@@ -75,6 +55,26 @@ from ._url import SqliteUrl as SqliteUrl
 from ._url import StoreUrlError as StoreUrlError
 from ._url import parse_store_url as parse_store_url
 from ._url import redact_dsn as redact_dsn
+from .board import SHOWN_ARGUMENTS as SHOWN_ARGUMENTS
+from .board import TOKEN_PREFIX as TOKEN_PREFIX
+from .board import AnswerBoard as AnswerBoard
+from .board import AnswerRefusedError as AnswerRefusedError
+from .board import GrantRevocation as GrantRevocation
+from .board import HasAnswerBoard as HasAnswerBoard
+from .board import MemoryBoard as MemoryBoard
+from .board import PendingQuestion as PendingQuestion
+from .board import PeopleExistsError as PeopleExistsError
+from .board import Person as Person
+from .board import QuestionStatus as QuestionStatus
+from .board import RemoteAnswer as RemoteAnswer
+from .board import UnknownQuestionError as UnknownQuestionError
+from .board import check_answer as check_answer
+from .board import check_by as check_by
+from .board import check_grant_id as check_grant_id
+from .board import check_group as check_group
+from .board import check_person_name as check_person_name
+from .board import new_token as new_token
+from .board import token_hash as token_hash
 from .postgres import open_postgres_store as open_postgres_store
 from .sqlite import SqliteStore as SqliteStore
 from .sqlite import open_sqlite_reader as open_sqlite_reader

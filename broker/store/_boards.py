@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
-from ._board import AnswerBoard
 from ._url import PostgresUrl, parse_store_url
+from .board import AnswerBoard
 from .sqlite import SqliteBoard
 
 __all__ = ["answer_board", "board_for"]

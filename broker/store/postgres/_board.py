@@ -41,10 +41,15 @@ from psycopg import sql
 
 from ..._codec import converter, register_wire_type, utf8_encodable
 from ..._vocabulary import Outcome
-from .._board import (
+from .._protocol import StoreError
+from .._requests import wall_clock_ms
+from .._url import redact_dsn
+from ..board import (
     AnswerRefusedError,
     GrantRevocation,
     PendingQuestion,
+    PeopleExistsError,
+    Person,
     QuestionStatus,
     RemoteAnswer,
     answer_terms,
@@ -53,13 +58,10 @@ from .._board import (
     check_by,
     check_grant_id,
     check_message,
+    refusal,
     remember_terms,
+    token_hash,
 )
-from .._memory_board import refusal
-from .._people import PeopleExistsError, Person, token_hash
-from .._protocol import StoreError
-from .._requests import wall_clock_ms
-from .._url import redact_dsn
 from ._native import Prepared, encode_params
 
 if TYPE_CHECKING:

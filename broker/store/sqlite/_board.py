@@ -35,9 +35,13 @@ import trio
 
 from ..._codec import converter, register_wire_type
 from ..._vocabulary import Outcome
-from .._board import (
+from .._protocol import StoreError
+from .._requests import wall_clock_ms
+from ..board import (
     GrantRevocation,
     PendingQuestion,
+    PeopleExistsError,
+    Person,
     QuestionStatus,
     RemoteAnswer,
     answer_terms,
@@ -46,12 +50,10 @@ from .._board import (
     check_by,
     check_grant_id,
     check_message,
+    refusal,
     remember_terms,
+    token_hash,
 )
-from .._memory_board import refusal
-from .._people import PeopleExistsError, Person, token_hash
-from .._protocol import StoreError
-from .._requests import wall_clock_ms
 from ._schema import PEOPLE_DDL, connect_reader
 
 __all__ = ["SqliteBoard"]

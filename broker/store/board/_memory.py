@@ -12,7 +12,7 @@ import time
 import attrs
 import trio
 
-from .._vocabulary import Outcome
+from ..._vocabulary import Outcome
 from ._board import (
     AnswerRefusedError,
     GrantRevocation,

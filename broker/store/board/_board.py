@@ -32,10 +32,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from .._codec import utf8_encodable
-from .._decision import check_message
-from .._errors import BrokerError
-from .._vocabulary import Outcome
+from ..._codec import utf8_encodable
+from ..._decision import check_message
+from ..._errors import BrokerError
+from ..._vocabulary import Outcome
 from ._people import Person
 
 __all__ = [

@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from .._errors import BrokerError
+from ..._errors import BrokerError
 
 __all__ = [
     "PeopleExistsError",
