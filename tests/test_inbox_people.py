@@ -9,6 +9,7 @@ import json
 import pathlib
 import time
 
+import pytest
 import trio
 
 from broker import Broker, Outcome, Session
@@ -16,7 +17,7 @@ from broker.inbox import InboxKeys
 from broker.rules import load_rules
 from broker.store import Person, new_token, token_hash
 
-from .inbox_support import TOKEN, Inbox, http, open_inbox
+from .inbox_support import TOKEN, Inbox, http, open_events, open_inbox
 from .test_inbox import CSRF, answer_body, answering, asking
 
 
@@ -110,6 +111,32 @@ async def test_a_removed_person_is_out_at_once(
                 await http(inbox.port, "GET", "/api/pending", headers={"cookie": cookie})
             ).status == 401
             assert (await http(inbox.port, "GET", f"/?token={fresh}")).status == 303
+
+
+async def test_a_removed_persons_open_stream_ends_at_once(approval_broker: Broker) -> None:
+    """Removing a person ends their live feed within a poll interval (in any process: the
+    check reads the board); the shared token's stream and another person's stay open."""
+    alice = await register(approval_broker, "alice")
+    bob = await register(approval_broker, "bob")
+    with trio.fail_after(10):
+        async with open_inbox(approval_broker, poll_interval=0.01) as inbox:
+            alice_cookie = await sign_in(inbox, alice)
+            bob_cookie = await sign_in(inbox, bob)
+            async with (
+                open_events(inbox.port, {"cookie": alice_cookie}) as alices,
+                open_events(inbox.port, {"cookie": bob_cookie}) as bobs,
+            ):
+                assert (alices.status, bobs.status) == (200, 200)
+                assert (await alices.next())[0] == "snapshot"
+                assert (await bobs.next())[0] == "snapshot"
+                assert await approval_broker.board.remove_person("alice")
+                with pytest.raises(EOFError, match="the stream ended"):
+                    await alices.next()
+                with trio.move_on_after(0.3) as bob_waited:  # 30 poll intervals
+                    await bobs.next()
+                assert bob_waited.cancelled_caught  # bob's stream is still open
+            async with open_events(inbox.port, {"cookie": alice_cookie}) as again:
+                assert again.status == 401
 
 
 async def test_a_forged_person_cookie_is_refused(approval_broker: Broker) -> None:

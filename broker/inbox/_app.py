@@ -207,7 +207,7 @@ class InboxApp:
             name, content_type = ASSETS[path]
             await respond(send, 200, asset(name), content_type)
         elif path == "/events":
-            await self._events(receive, send)
+            await self._events(receive, send, who)
         elif path == "/api/pending":
             await self._pending(send, who)
         elif path == "/api/session":
@@ -394,26 +394,56 @@ class InboxApp:
         reply = AnswerReply(id=answer.question_id, outcome=answer.outcome.value, by=answer.by)
         return 200, dumps(reply)
 
-    async def _events(self, receive: Receive, send: Send) -> None:
+    async def _events(self, receive: Receive, send: Send, who: Visitor) -> None:
         async with trio.open_nursery() as nursery:
             try:
                 async with self.feed.subscribe(nursery.cancel_scope) as (first, changes):
                     await start_response(send, 200, "text/event-stream; charset=utf-8")
                     nursery.start_soon(_until_disconnect, receive, nursery.cancel_scope)
-                    # retry: how soon the browser reconnects after a dropped stream (ms).
-                    await _chunk(send, b"retry: 1000\n\n" + first)
-                    while True:
-                        with trio.move_on_after(self.heartbeat):
-                            message = await changes.receive()
-                            await _chunk(send, message)
-                            continue
-                        await _chunk(send, b": keep-alive\n\n")
+                    with trio.CancelScope() as streaming:
+                        async with trio.open_nursery() as watching:
+                            if who.person is not None:
+                                watching.start_soon(self._end_when_removed, who.person, streaming)
+                            await self._stream(send, first, changes)
+                            watching.cancel_scope.cancel()
+                    # The feed dropped this page, or the person was removed (or given a new
+                    # token): end the response. The browser reconnects; a removed person's
+                    # reconnect is refused (401).
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
             except FeedBusyError as exc:
                 await respond(send, 503, str(exc).encode() + b"\n")
-            except trio.EndOfChannel:
-                # The feed dropped this page; end the response, the browser reconnects.
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
             nursery.cancel_scope.cancel(reason="broker inbox: the stream ended")
+
+    async def _stream(
+        self, send: Send, first: bytes, changes: trio.MemoryReceiveChannel[bytes]
+    ) -> None:
+        """Send the snapshot, then each change and a keep-alive when idle; return when the
+        feed drops this page (its queue closed)."""
+        # retry: how soon the browser reconnects after a dropped stream (ms).
+        await _chunk(send, b"retry: 1000\n\n" + first)
+        while True:
+            with trio.move_on_after(self.heartbeat):
+                try:
+                    message = await changes.receive()
+                except trio.EndOfChannel:
+                    return
+                await _chunk(send, message)
+                continue
+            await _chunk(send, b": keep-alive\n\n")
+
+    async def _end_when_removed(self, person: Person, streaming: trio.CancelScope) -> None:
+        """Cancel *streaming* once *person* is no longer on the board with the token they
+        signed in with (removed, or given a new token by another process), checked every
+        poll interval. A board that cannot be read keeps the stream: the next check decides."""
+        while True:
+            await trio.sleep(self.feed.interval)
+            try:
+                people = await self.board.people()
+            except StoreError:
+                continue
+            if not any(p.name == person.name and p.token_hash == person.token_hash for p in people):
+                streaming.cancel(reason="broker inbox: the person was removed")
+                return
 
 
 async def _chunk(send: Send, data: bytes) -> None:
