@@ -75,7 +75,7 @@ lint: $(STAMP)
 
 # The public packages (each one's __all__ is its reference page).
 DOC_MODULES := broker broker.rules broker.store broker.tools broker.acp broker.mcp broker.hooks \
-  broker.inbox broker.agent broker.serve broker.stats broker.testing broker_hook
+  broker.inbox broker.agent broker.serve broker.stats broker.telemetry broker.testing broker_hook
 
 # The API reference from the docstrings, into build/docs (open build/docs/index.html). Warnings
 # are errors: an annotation the reference cannot resolve, a broken docstring, fail the build.

@@ -29,7 +29,18 @@ from bench._plot import svg_panels
 from bench._suite import Figure, Result
 
 # Run in this order; each module has ``measure(quick: bool) -> Result``.
-BENCHES = ("latency", "cancel", "scale", "store", "runtime", "acp", "sandbox", "rules", "hook")
+BENCHES = (
+    "latency",
+    "cancel",
+    "scale",
+    "store",
+    "runtime",
+    "acp",
+    "sandbox",
+    "rules",
+    "hook",
+    "otel",
+)
 
 README = Path(__file__).resolve().parent / "README.md"
 START = "<!-- figures:start -->"

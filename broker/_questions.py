@@ -31,6 +31,8 @@ from ._signal import is_aborted
 from ._texts import OUTSIDE_TURN
 from ._vocabulary import Outcome, Policy, Source
 from .rules import Rule, RuleDecision, RuleSet
+from .telemetry import SWITCH as TELEMETRY
+from .telemetry import QuestionTrace, observe_question
 
 __all__ = ["Asker", "Decision", "Questions"]
 
@@ -180,7 +182,17 @@ class Questions:
         steps 3.1–3.3 decide (policy ``never``, a grant, an abort before it was put) is decided
         before any await: its ``decided`` goes to the store with ``asked``, in one submission
         awaited shielded, so a cancellation then gets the decision, not ``cancelled``.
+
+        With :mod:`broker.telemetry` on, the question is a span and counts in its metrics.
         """
+        if TELEMETRY.off:  # the whole cost of telemetry while it is off
+            return await self._ask(req, None)
+        trace = observe_question(req, self._session.id)  # None: the first question found it off
+        if trace is None:
+            return await self._ask(req, None)
+        return await trace.observe(self._ask(req, trace))
+
+    async def _ask(self, req: ApprovalRequest, trace: QuestionTrace | None) -> Decision:
         session = self._session
         if req.agent is not session.agent:
             raise ValueError(
@@ -221,10 +233,14 @@ class Questions:
                 # The waterfall's context: req.question_id reads it (a context variable set
                 # directly, not through a context manager: this runs on every question).
                 token = ASKING.set(question)
+                if trace is not None:
+                    trace.waiting()  # the child span: the time answerers take
                 try:
                     outcome = await self._decide(req, flight)
                 finally:
                     ASKING.reset(token)
+                    if trace is not None:
+                        trace.waited()
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
                     await self._record_cancelled(request_id)

@@ -26,6 +26,7 @@ from ..acp import Direction, Frame, JsonRpcConnection, serve_acp
 from ..agent import ScenarioError
 from ..hooks import HookSettingsError
 from ..store import redact_dsn
+from ..telemetry import export_from_env
 from ..tools import SandboxUnavailableError
 from ._inbox import port_number, with_inbox
 from ._numbers import duration, positive_seconds
@@ -160,7 +161,10 @@ def run(args: argparse.Namespace) -> int:
     except (CompositionError, ScenarioError, HookSettingsError) as exc:
         print(f"broker acp: {exc}", file=sys.stderr)
         return 2
-    return trio.run(run_until_signalled, "acp", _serve, composition, args.trace_frames, args.inbox)
+    with export_from_env("acp"):  # OpenTelemetry, when the OTEL_* variables ask for it
+        return trio.run(
+            run_until_signalled, "acp", _serve, composition, args.trace_frames, args.inbox
+        )
 
 
 def _default_store() -> pathlib.Path:

@@ -33,6 +33,7 @@ import trio
 from .._collapse import collapse_single
 from .._private_files import check_secret_file, create_private_file
 from ..store import board_for
+from ..telemetry import export_from_env
 from ._errors import CliError
 from ._numbers import integer
 
@@ -113,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; returns the exit status."""
     token = _token(args.token_file)
     board = board_for(args.store)
-    return trio.run(_main, args, board, token)
+    with export_from_env("inbox"):  # OpenTelemetry, when the OTEL_* variables ask for it
+        return trio.run(_main, args, board, token)
 
 
 async def _main(args: argparse.Namespace, board: AnswerBoard, token: str) -> int:

@@ -20,6 +20,7 @@ from .. import open_broker
 from .._private_files import make_private_dirs
 from ..mcp import GateRules, RulesError, UpstreamUrl, serve_mcp_gate
 from ..store import redact_dsn
+from ..telemetry import export_from_env
 from ._errors import EXIT_CHECK_FAILED, CliError
 from ._inbox import port_number, with_inbox
 from ._numbers import positive_seconds
@@ -154,18 +155,19 @@ def run(args: argparse.Namespace) -> int:
     if store is not None:
         where = redact_dsn(store) if "://" in store else store
         print(f"broker mcp-gate: session log {where}", file=sys.stderr)
-    return trio.run(
-        run_until_signalled,
-        "mcp-gate",
-        _serve,
-        server,
-        store,
-        rules,
-        remote,
-        args.deadline,
-        args.server_deadline,
-        args.inbox,
-    )
+    with export_from_env("mcp-gate"):  # OpenTelemetry, when the OTEL_* variables ask for it
+        return trio.run(
+            run_until_signalled,
+            "mcp-gate",
+            _serve,
+            server,
+            store,
+            rules,
+            remote,
+            args.deadline,
+            args.server_deadline,
+            args.inbox,
+        )
 
 
 def _default_store() -> pathlib.Path:

@@ -35,6 +35,7 @@ from broker_hook import DEFAULT_TIMEOUT, default_socket_path
 from .._broker import open_broker
 from ..rules import Layer, Rule, RuleSet, RulesFileError, load_rules
 from ..serve import ApprovalService, SocketError, serve_socket
+from ..telemetry import export_from_env
 from ._errors import CliError
 from ._inbox import port_number, with_inbox
 from ._numbers import positive_seconds
@@ -123,11 +124,14 @@ def run(args: argparse.Namespace) -> int:
     if args.store is None:
         store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     socket_path = args.socket or default_socket_path()
-    return trio.run(
-        run_until_signalled,
-        "serve",
-        partial(_serve, store, rules, args.project_rules, socket_path, args.deadline, args.inbox),
-    )
+    with export_from_env("serve"):  # OpenTelemetry, when the OTEL_* variables ask for it
+        return trio.run(
+            run_until_signalled,
+            "serve",
+            partial(
+                _serve, store, rules, args.project_rules, socket_path, args.deadline, args.inbox
+            ),
+        )
 
 
 async def _serve(
