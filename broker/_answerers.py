@@ -126,8 +126,8 @@ class AnswererHandle:
             self._inflight.discard(flight)
         source = Source.ANSWERER
         if isinstance(result, Answer):
-            if result.by is not None or result.message is not None:
-                flight.answered = (result.outcome, result.by, result.message)
+            if result.by is not None or result.message is not None or result.answers is not None:
+                flight.answered = (result.outcome, result.by, result.message, result.answers)
             if result.expired:
                 source = Source.DEADLINE
             outcome = result.outcome

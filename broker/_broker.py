@@ -35,6 +35,7 @@ from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .rules import Rule, RuleSet, remember_in_file
 from .store import (
     AnswerBoard,
+    Answered,
     EventStore,
     GrantRevocation,
     HasAnswerBoard,
@@ -42,6 +43,7 @@ from .store import (
     MemoryStore,
     PendingQuestion,
     RemoteAnswer,
+    answer_question,
     check_answer,
     open_store,
     parse_store_url,
@@ -461,25 +463,33 @@ class Broker(metaclass=FactoryMade):
         always_for: float | None = None,
         project: bool = False,
         message: str | None = None,
-    ) -> RemoteAnswer:
-        """Answer a question waiting on :attr:`board`: ``allowed-once`` or ``rejected``.
+    ) -> Answered:
+        """Answer a question waiting on :attr:`board`: ``allowed-once`` or ``rejected``, as
+        *by* (recorded as given by the program itself: ``in-process``).
 
-        The first answer wins; :class:`~broker.store.AnswerRefusedError` names what was
-        recorded when the question was answered already or is settled (abort, deadline, a
-        local answerer), :class:`~broker.store.UnknownQuestionError` an id never put up.
-        The asking broker still decides: a question withdrawn before it read the answer
-        settles ``cancelled``. *always* (with ``allowed-once``) also remembers the rule the
-        question shows (``always_rule``) on the asking session, where the question offers it:
-        for *always_for* seconds (None: the asker's default), or with *project* in the
+        Returns what it did (:class:`~broker.store.Answered`): ``decided`` is the question's
+        answer once decided; for a question whose rule needs several approvers (``quorum``)
+        an allow before the last is recorded and counted (``progress()``: "1 of 2
+        approvals, by alice") and ``decided`` is None. The first deciding answer wins;
+        :class:`~broker.store.AnswerRefusedError` names what was recorded when the question
+        was answered already or is settled (abort, deadline, a local answerer),
+        :class:`~broker.store.UnknownQuestionError` an id never put up,
+        :class:`~broker.store.NotAnApproverError` *by* not among its approvers (or approving
+        twice). The asking broker still decides: a question withdrawn before it read the
+        answer settles ``cancelled``. *always* (with ``allowed-once``) also remembers the rule
+        the question shows (``always_rule``) on the asking session, where the question offers
+        it: for *always_for* seconds (None: the asker's default), or with *project* in the
         project's rules file as well (where the question names one: ``project_rules``).
         *message* is what you say with it: recorded, and given to the agent with the outcome.
         Cancellation: the answer may or may not have been stored.
         """
         value = check_answer(outcome, by)
-        return await self.board.answer(
+        return await answer_question(
+            self.board,
             question_id,
             value,
             by,
+            how="in-process",
             always=always,
             always_for=always_for,
             project=project,

@@ -43,6 +43,10 @@ class Answer:
     by: str | None = attrs.field(default=None)
     expired: bool = False
     message: str | None = attrs.field(default=None)
+    #: Every answer given to the question where people answer it (the board): who, how they
+    #: were authenticated, counted or refused, ``; ``-separated; recorded in
+    #: ``approval/decided`` as ``answers`` when this answer decides.
+    answers: str | None = None
 
     @by.validator
     def _validate_by(self, _attribute: object, value: object) -> None:

@@ -30,7 +30,8 @@ that covers your case — ``BrokerError`` covers everything the package raises o
     │       └── LeasesLost               ... for longer than the leases live
     ├── PeopleExistsError (ValueError)   a person of that name is registered  [store]
     ├── AnswerRefusedError               an answer from elsewhere was not taken  [store]
-    │   └── UnknownQuestionError         no such question was put up
+    │   ├── UnknownQuestionError         no such question was put up
+    │   └── NotAnApproverError           not among its approvers, or approving twice
     ├── LogToolError                     ``broker log`` cannot do it          [store]
     │   ├── VerifyError                  a verify found violations
     │   └── ImportLineError              an imported line is not an event

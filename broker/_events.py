@@ -89,7 +89,11 @@ class ApprovalDecided(Event):
     ``grant``, the tool it covers), an answerer or an answerer's deadline (then ``answerer``,
     which one), the policy, an abort, the caller's cancellation, the session or turn ending,
     an answerer lost or failing, or the end of the chain (no answerer). ``message``: what the
-    person who answered said with it (given to the agent with the outcome).
+    person who answered said with it (given to the agent with the outcome). ``answers``: every
+    answer people gave to the question on the answer board — the deciding one, each approval
+    counted towards a quorum, each refused attempt — with who gave it and how they were
+    authenticated, ``; ``-separated (``allowed-once by alice (token); allowed-once by bob
+    (inbox-session)``).
     """
 
     TYPE: ClassVar[str] = "approval/decided"
@@ -106,6 +110,7 @@ class ApprovalDecided(Event):
     grant: str | None = None
     answerer: str | None = None
     message: str | None = None
+    answers: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -32,9 +32,10 @@ class Flight:
 
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     cause: Withdrawal | None = None
-    # The last named answer given for this question: (outcome, who, their message). Recorded
-    # as answeredBy (and message) when the waterfall's result is that outcome.
-    answered: tuple[Outcome, str | None, str | None] | None = None
+    # The last named answer given for this question: (outcome, who, their message, every answer
+    # given). Recorded as answeredBy (message, answers) when the waterfall's result is that
+    # outcome.
+    answered: tuple[Outcome, str | None, str | None, str | None] | None = None
     # What produced the waterfall's outcome: (answerer name or None for the end of the chain,
     # that outcome, the Source). Set by the innermost answerer that answered (an outer one
     # that returns what it was handed keeps it); read once the race is decided.

@@ -90,6 +90,9 @@ class Decision:
     arguments_digest: str | None = None
     #: What the person who answered said with it (their :class:`Answer`'s ``message``).
     message: str | None = None
+    #: Every answer people gave to it on the answer board, as ``approval/decided`` records
+    #: them (who, how authenticated, counted or refused; ``; ``-separated).
+    answers: str | None = None
 
     def covers(self, arguments: object) -> bool:
         """Whether this decision allows running with exactly *arguments*: it is
@@ -251,6 +254,7 @@ class Questions:
             said = answered is not None and answered[0] is outcome and flight.cause is None
             answered_by = answered[1] if said and answered is not None else None
             message = answered[2] if said and answered is not None else None
+            answers = answered[3] if said and answered is not None else None
             source, answerer = _source_of(flight, outcome)
             decided = ApprovalDecided(
                 id=request_id,
@@ -259,6 +263,7 @@ class Questions:
                 source=source,
                 answerer=answerer,
                 message=message,
+                answers=answers,
             )
             # Invariant: once the race is decided, the log records that decision — a caller
             # cancelled from here on gets Cancelled at its next checkpoint, after the return.
@@ -273,6 +278,7 @@ class Questions:
                 source=source,
                 arguments_digest=req.arguments_digest,
                 message=message,
+                answers=answers,
             )
         finally:
             self._settle(request_id)
@@ -339,6 +345,7 @@ class Questions:
             if decision is RuleDecision.ASK:
                 if question is not None and verdict.rule is not None:
                     question.approvers = verdict.rule.approvers  # who alone may answer it
+                    question.quorum = verdict.rule.quorum  # how many of them must allow
                 return None  # an ask rule beats any allow, a grant included
             if decision is RuleDecision.ALLOW:
                 return _Settled(

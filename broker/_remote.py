@@ -29,6 +29,7 @@ board, so nothing promises what the asker cannot honour.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import socket
@@ -44,9 +45,11 @@ from ._decision import Answer
 from ._grants import always_offer
 from ._request import ApprovalRequest, current_question
 from ._vocabulary import Outcome
-from .store import SHOWN_ARGUMENTS, AnswerBoard, PendingQuestion, RemoteAnswer
+from .store import SHOWN_ARGUMENTS, AnswerBoard, PendingQuestion, RemoteAnswer, StoreError
 
 __all__ = ["RemoteAnswerer", "process_owner"]
+
+log = logging.getLogger("broker.answerers")
 
 
 def shown_arguments(arguments: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -135,6 +138,7 @@ class RemoteAnswerer:
             project_rules=self.project_rules if offer is not None else None,
             arguments=shown_arguments(req.arguments),
             approvers=question.approvers,
+            quorum=question.quorum,
         )
         # Registered before publishing: whatever happens from here, the board learns the end.
         question.hooks.append(lambda outcome: self.board.retire(question.id, outcome))
@@ -144,5 +148,26 @@ class RemoteAnswerer:
             answer = await self.board.wait_answer(question.id)
             if answer.always and self.grant is not None:
                 await self.grant(req, answer)  # remembered before the allow is recorded
-            return Answer(outcome=answer.outcome, by=answer.by, message=answer.message)
-        return Answer(outcome=Outcome.UNAVAILABLE, expired=True)  # the deadline, not a "no"
+            return Answer(
+                outcome=answer.outcome,
+                by=answer.by,
+                message=answer.message,
+                answers=await self._answers(question.id),
+            )
+        # The deadline, not a "no" (approvals short of a quorum, refusals: recorded with it).
+        return Answer(
+            outcome=Outcome.UNAVAILABLE, expired=True, answers=await self._answers(question.id)
+        )
+
+    async def _answers(self, question_id: str) -> str | None:
+        """Every answer given to the question on the board, as ``approval/decided`` records
+        them (None: none, or the board cannot be read now). Cancellation: the read is
+        abandoned; the decision is recorded without them."""
+        try:
+            given = await self.board.given(question_id)
+        except StoreError:
+            # The answer is in hand: record the decision without the list rather than lose it.
+            log.warning("the answers given to question %s could not be read", question_id)
+            await trio.lowlevel.checkpoint()
+            return None
+        return "; ".join(g.describe() for g in given) or None

@@ -42,6 +42,9 @@ class Asking:
     #: Who alone may answer it (an ask rule's ``approvers``); empty: anyone. Answerers that
     #: cannot tell who answers (``identifies_people`` false) delegate such a question.
     approvers: tuple[str, ...] = ()
+    #: How many different approvers must allow it (an ask rule's ``quorum``); 1: the first
+    #: answer decides.
+    quorum: int = 1
 
     async def settled(self, outcome: Outcome) -> None:
         """Run the hooks with the question's final *outcome*, each once, in order.

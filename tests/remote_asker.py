@@ -60,6 +60,7 @@ async def main(
                         "id": decision.id,
                         "outcome": decision.outcome,
                         "answeredBy": decision.answered_by,
+                        **({"answers": decision.answers} if decision.answers else {}),
                     }
                 ),
                 flush=True,

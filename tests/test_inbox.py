@@ -189,7 +189,8 @@ async def test_an_answer_decides_the_question_with_answered_by_and_a_replay_is_r
     assert (decision.outcome, decision.answered_by) == (Outcome.REJECTED, "alice")
     assert lines_of(approval_broker, approval_session)[2] == (
         f'{{"type":"approval/decided","data":{{"id":"{asked.id}","outcome":"rejected",'
-        '"answeredBy":"alice","source":"answerer","answerer":"board"}}'
+        '"answeredBy":"alice","source":"answerer","answerer":"board",'
+        '"answers":"rejected by alice (shared-token)"}}'
     )
     for refused in (replay, late):
         assert refused.status == 409
@@ -386,7 +387,8 @@ async def test_the_session_view_reads_an_sqlite_log_and_refuses_what_it_cannot_s
     ]
     # The words of broker log show (one describer for both), without its column padding.
     assert re.fullmatch(
-        rf"decided {asked.id} rejected by bob \[answerer: board\] \(asked at #2, \d+\.\d{{3}}s\)",
+        rf"decided {asked.id} rejected by bob \[answerer: board\] — answers: rejected by bob "
+        rf"\(in-process\) \(asked at #2, \d+\.\d{{3}}s\)",
         view["rows"][2]["text"],
     )
     assert re.fullmatch(

@@ -272,7 +272,8 @@ async def test_a_question_appears_without_reload_and_allow_once_decides_it(
     lines = lines_of(approval_broker, approval_session)
     assert (
         f'{{"type":"approval/decided","data":{{"id":"{qid}","outcome":"allowed-once",'
-        '"answeredBy":"alice","source":"answerer","answerer":"board"}}'
+        '"answeredBy":"alice","source":"answerer","answerer":"board",'
+        '"answers":"allowed-once by alice (shared-token)"}}'
     ) in lines
     assert any(f'"type":"approval/asked","data":{{"id":"{qid}"' in line for line in lines)
 
@@ -633,8 +634,8 @@ async def test_the_session_view_shows_the_log_paired_with_who_answered(
         rows[1],
     )
     assert re.fullmatch(
-        rf"decided {qid} allowed-once by alice \[answerer: board\] "
-        rf"\(asked at #\d+, \d+\.\d{{3}}s\)",
+        rf"decided {qid} allowed-once by alice \[answerer: board\] — answers: allowed-once "
+        rf"by alice \(shared-token\) \(asked at #\d+, \d+\.\d{{3}}s\)",
         rows[2],
     )
 

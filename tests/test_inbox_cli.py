@@ -108,7 +108,12 @@ def test_a_question_asked_in_another_process_is_listed_and_answered(
             200,
             {"id": row["id"], "outcome": "allowed-once", "by": "alice"},
         )
-        assert decision_of(a) == {"id": row["id"], "outcome": "allowed-once", "answeredBy": "alice"}
+        assert decision_of(a) == {
+            "id": row["id"],
+            "outcome": "allowed-once",
+            "answeredBy": "alice",
+            "answers": "allowed-once by alice (shared-token)",
+        }
         status, refused = call(f"{url}/api/answer", token=TOKEN, body=answer | {"by": "bob"})
         assert status == 409
         assert json.loads(refused)["recorded"] == "allowed-once"

@@ -192,3 +192,55 @@ async def test_a_question_for_named_approvers_is_theirs_alone(
     assert [(d.outcome, d.answered_by) for d in asked.decisions] == [
         (Outcome.ALLOWED_ONCE, "alice")
     ]
+
+
+async def test_two_person_approval_in_the_inbox(
+    approval_broker: Broker, approval_session: Session, tmp_path: pathlib.Path
+) -> None:
+    """quorum = 2: alice's approval is recorded and shown ("1 of 2 approvals, by alice"), her
+    replay is refused (403) and counts once, bob's decides; each as signed in, whatever the
+    body's by says; the log records every answer given and how it was authenticated."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        '[[rules]]\ndecision = "ask"\ntool = "bash"\napprovers = ["group:ops"]\nquorum = 2\n'
+    )
+    approval_broker.set_rules(load_rules(rules))
+    alice = await register(approval_broker, "alice", "ops")
+    bob = await register(approval_broker, "bob", "ops")
+    with trio.fail_after(10):
+        async with open_inbox(approval_broker, poll_interval=0.01) as inbox:
+            as_alice, as_bob = await sign_in(inbox, alice), await sign_in(inbox, bob)
+            async with asking(approval_broker, approval_session) as asked:
+                body = answer_body(asked.id, "allowed-once", "mallory")
+                first = await http(
+                    inbox.port, "POST", "/api/answer", headers=as_person(as_alice), body=body
+                )
+                assert first.status == 200, first.body
+                assert json.loads(first.body) == {
+                    "id": asked.id,
+                    "by": "alice",
+                    "approvals": ["alice"],
+                    "quorum": 2,
+                }
+                replay = await http(
+                    inbox.port, "POST", "/api/answer", headers=as_person(as_alice), body=body
+                )
+                assert replay.status == 403
+                assert "alice has approved question" in json.loads(replay.body)["error"]
+                listed = await http(inbox.port, "GET", "/api/pending", headers={"cookie": as_bob})
+                [shown] = json.loads(listed.body)["questions"]
+                assert (shown["quorum"], shown["approvals"]) == (2, ["alice"])
+                assert asked.decisions == []
+                second = await http(
+                    inbox.port, "POST", "/api/answer", headers=as_person(as_bob), body=body
+                )
+                assert second.status == 200, second.body
+                assert json.loads(second.body)["by"] == "alice, bob"
+                await asked.decided.wait()
+    [decision] = asked.decisions
+    assert (decision.outcome, decision.answered_by) == (Outcome.ALLOWED_ONCE, "alice, bob")
+    assert decision.answers == (
+        "allowed-once by alice (inbox-session); "
+        "refused: allowed-once by alice (inbox-session): approved already; "
+        "allowed-once by bob (inbox-session)"
+    )

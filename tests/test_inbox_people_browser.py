@@ -96,3 +96,53 @@ def test_an_approver_sees_their_question_in_chromium_and_others_do_not(
         status, out, _ = finish(asking)
     assert status == 0
     assert decision(out)["permissionDecision"] == "allow"
+
+
+def test_two_person_approval_in_chromium(tmp_path: pathlib.Path) -> None:
+    """quorum = 2 through broker serve: alice's click is an approval shown as "1 of 2
+    approvals, by alice" on her page and, a listing round later, on bob's; bob's click decides,
+    and the hook gets the allow."""
+    problem = chromium_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    from playwright.sync_api import sync_playwright
+
+    store = tmp_path / "serve.sqlite"
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        '[[rules]]\ndecision = "ask"\ntool = "Bash"\napprovers = ["group:ops"]\nquorum = 2\n'
+    )
+    alice = add(str(store), "alice", "ops")
+    bob = add(str(store), "bob", "ops")
+    with service(tmp_path, "--inbox", "0", "--rules", str(rules), store=store) as running:
+        [address] = [
+            line.removeprefix("broker inbox: ").strip().split("?token=")[0]
+            for line in running.banner
+            if line.startswith("broker inbox: ")
+        ]
+        asking = start_hook("claude-code", hook_input("make deploy"), running.socket)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM)
+            try:
+                pages = []
+                for token in (alice, bob):
+                    page = browser.new_context().new_page()
+                    page.set_default_timeout(STEP_MS)
+                    page.goto(f"{address}?token={token}")
+                    pages.append(page.locator("li.question").filter(has_text="make deploy"))
+                alices, bobs = pages
+                alices.wait_for()
+                assert "0 of 2 approvals" in alices.inner_text()
+                alices.locator("button.allow").click()
+                alices.locator(".result").filter(
+                    has_text="your approval is recorded: 1 of 2 approvals, by alice"
+                ).wait_for()
+                assert "1 of 2 approvals, by alice" in alices.locator(".approvals").inner_text()
+                bobs.locator(".approvals").filter(has_text="1 of 2 approvals, by alice").wait_for()
+                bobs.locator("button.allow").click()
+                bobs.locator(".result").filter(has_text="answered allowed-once").wait_for()
+            finally:
+                browser.close()
+        status, out, _ = finish(asking)
+    assert status == 0
+    assert decision(out)["permissionDecision"] == "allow"

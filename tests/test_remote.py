@@ -54,7 +54,8 @@ async def test_a_question_waits_on_the_board_and_the_answer_decides_it(
                 )
                 assert pending.display_reason == "shown"
                 assert pending.session_id == approval_session.id
-                answer = await approval_broker.answer(qid, "allowed-once", by="alice")
+                answer = (await approval_broker.answer(qid, "allowed-once", by="alice")).decided
+                assert answer is not None
                 assert answer.outcome is Outcome.ALLOWED_ONCE
     (decision,) = decisions
     assert decision.id == qid
@@ -62,7 +63,8 @@ async def test_a_question_waits_on_the_board_and_the_answer_decides_it(
     assert decision.answered_by == "alice"
     assert lines_of(approval_broker, approval_session)[2] == (
         f'{{"type":"approval/decided","data":{{"id":"{qid}","outcome":"allowed-once",'
-        '"answeredBy":"alice","source":"answerer","answerer":"board"}}'
+        '"answeredBy":"alice","source":"answerer","answerer":"board",'
+        '"answers":"allowed-once by alice (in-process)"}}'
     )
     # Settled: it left the list, and a late answer is refused naming the outcome.
     assert await approval_broker.pending() == []

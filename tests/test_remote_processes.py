@@ -112,7 +112,12 @@ def test_a_question_asked_in_a_is_listed_and_answered_by_the_cli_in_b(store: str
         assert answered.returncode == 0, answered.stderr
         assert answered.stdout == f"question {row['id']}: allowed-once by alice\n"
         decision = decision_of(a)
-    assert decision == {"id": row["id"], "outcome": "allowed-once", "answeredBy": "alice"}
+    assert decision == {
+        "id": row["id"],
+        "outcome": "allowed-once",
+        "answeredBy": "alice",
+        "answers": "allowed-once by alice (typed)",  # a typed name: recorded as typed
+    }
     verified = broker("log", "verify", str(store))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     # Settled: the list is empty, the board forgot it (the log keeps it), and another answer is
@@ -263,7 +268,12 @@ def test_a_lost_listener_connection_still_gets_the_answer(postgres_dsn: str) -> 
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         answered = broker("answer", postgres_dsn, row["id"], "allow", "--by", "carol")
         assert answered.returncode == 0, answered.stderr
-        assert decision_of(a) == {"id": row["id"], "outcome": "allowed-once", "answeredBy": "carol"}
+        assert decision_of(a) == {
+            "id": row["id"],
+            "outcome": "allowed-once",
+            "answeredBy": "carol",
+            "answers": "allowed-once by carol (typed)",
+        }
 
 
 def test_control_characters_and_markup_are_stored_as_given_and_shown_escaped(

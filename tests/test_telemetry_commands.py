@@ -332,6 +332,5 @@ def test_without_the_sdk_installed_a_command_warns_once_and_runs(
     (warned,) = [r.getMessage() for r in caplog.records if r.name == "broker.telemetry"]
     assert warned.startswith("broker serve: OTEL_* asks for telemetry but opentelemetry.sdk")
     assert warned.endswith(
-        "is not installed (pip install 'trio-approval-broker[otel]')"
-        ": not exported"
+        "is not installed (pip install 'trio-approval-broker[otel]'): not exported"
     )

@@ -42,7 +42,7 @@ from .._codec import utf8_safe
 from .._display import printable
 from .._private_files import check_secret_file
 from .._vocabulary import Outcome
-from ..store import board_for
+from ..store import Answered, answer_question, approvals_of, board_for
 from ._errors import EXIT_CHECK_FAILED, EXIT_OK, CliError
 from ._numbers import duration
 
@@ -156,6 +156,12 @@ def _row(question: PendingQuestion) -> dict[str, object]:
         "arguments": question.arguments,
         # Where "always --project" would write it (None: not offered).
         "projectRules": question.project_rules if question.offers_always else None,
+        # Two-person approval: "1 of 2 approvals, by alice" (None: the first answer decides).
+        "approvals": (
+            Answered(decided=None, approvals=question.approvals, quorum=question.quorum).progress()
+            if question.quorum > 1
+            else None
+        ),
     }
 
 
@@ -175,7 +181,7 @@ def run_pending(args: argparse.Namespace) -> int:
     for row in rows:
         print(printable(str(row["id"])))
         keys = ("session", "agent", "tool", "callId", "reason", "displayReason", "always")
-        for key in (*keys, "projectRules"):
+        for key in (*keys, "projectRules", "approvals"):
             if row[key] is not None:
                 print(f"  {key}: {printable(str(row[key]))}")
         if row["arguments"] is not None:
@@ -214,6 +220,12 @@ def run_answer(args: argparse.Namespace) -> int:
         print(f"broker answer: {exc}", file=sys.stderr)
         return EXIT_CHECK_FAILED
     shown = printable(args.question_id)
+    if isinstance(settled, Answered):
+        print(
+            f"question {shown}: your approval is recorded ({printable(settled.progress())}); "
+            "it is allowed once another approver allows it too"
+        )
+        return EXIT_OK
     if settled is None:
         print(
             f"question {shown}: answer {outcome.value} stored; the asking process has not "
@@ -254,7 +266,7 @@ async def _pending(
         except _Refused:
             who, groups, authenticated = None, (), False
         return [
-            q
+            attrs.evolve(q, approvals=approvals_of(await board.given(q.id))) if q.quorum > 1 else q
             for q in questions
             if not q.approvers or (authenticated and q.may_be_answered_by(who, groups))
         ]
@@ -344,26 +356,28 @@ async def _answer(
     identity: _Identity,
     wait: float,
     terms: _Terms,
-) -> QuestionStatus | None:
+) -> QuestionStatus | Answered | None:
+    """Give the answer (:func:`broker.store.answer_question`); the question's status once the
+    asker settled it (None: not within *wait*), or what was recorded when the question needs
+    more approvals."""
     try:
         try:
-            by, groups, authenticated = await identity.known(board)
-            status = await board.status(question_id)
-            named = status.question.approvers if status is not None else ()
-            if named and not (
-                authenticated
-                and status is not None
-                and status.question.may_be_answered_by(by, groups)
-            ):
-                raise _Refused(
-                    f"question {question_id!r} may be answered only by {', '.join(named)} "
-                    f"(a rule names them): you are {by if authenticated else 'not identified'}"
-                    "; nothing was recorded"
-                )
-            await board.answer(
+            by, _groups, authenticated = await identity.known(board)
+            how = (
+                "token"
+                if identity.token is not None
+                else "os-user"
+                if authenticated
+                else "typed"
+                if by is not None
+                else None
+            )
+            given = await answer_question(
+                board,
                 question_id,
                 outcome,
                 by,
+                how=how,
                 always=terms.always,
                 always_for=terms.always_for,
                 project=terms.project,
@@ -371,6 +385,8 @@ async def _answer(
             )
         except ValueError as exc:
             raise CliError(str(exc)) from exc
+        if given.decided is None:
+            return given
         with trio.move_on_after(wait):
             while True:
                 status = await board.status(question_id)

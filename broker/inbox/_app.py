@@ -43,10 +43,13 @@ from ..store import (
     TOKEN_PREFIX,
     AnswerRefusedError,
     LogToolError,
+    NotAnApproverError,
     PendingQuestion,
     Person,
     StoreError,
     UnknownQuestionError,
+    answer_question,
+    approvals_of,
     check_answer,
     check_by,
     check_grant_id,
@@ -222,6 +225,12 @@ class InboxApp:
     async def _pending(self, send: Send, who: Visitor) -> None:
         try:
             questions = [q for q in await self.board.pending() if who.may_answer(q)]
+            questions = [
+                attrs.evolve(q, approvals=approvals_of(await self.board.given(q.id)))
+                if q.quorum > 1
+                else q
+                for q in questions
+            ]
         except StoreError as exc:
             await respond(send, 503, dumps(AnswerReply(error=str(exc))), _JSON)
             return
@@ -357,24 +366,18 @@ class InboxApp:
         body = await self._as(who, checked)
         if isinstance(body, tuple):
             return body
-        status = await self.board.status(body.id)
-        if status is not None and not who.may_answer(status.question):
-            named = ", ".join(status.question.approvers)
-            return _problem(
-                403,
-                f"question {body.id!r} may be answered only by {named} (a rule names them): "
-                "nothing was recorded",
-                body.id,
-            )
         try:
             outcome = check_answer(body.outcome, body.by)
         except ValueError as exc:
             return _problem(400, str(exc), body.id)
+        how = "shared-token" if who.person is None else "token" if who.arrived else "inbox-session"
         try:
-            answer = await self.board.answer(
+            given = await answer_question(
+                self.board,
                 body.id,
                 outcome,
                 body.by,
+                how=how,
                 always=body.always,
                 always_for=body.always_for,
                 project=body.project,
@@ -382,6 +385,8 @@ class InboxApp:
             )
         except UnknownQuestionError as exc:
             return _problem(404, shown_name(str(exc)), body.id)
+        except NotAnApproverError as exc:
+            return _problem(403, shown_name(str(exc)), body.id)
         except ValueError as exc:  # always-allow where not offered, or bad terms
             return _problem(400, shown_name(str(exc)), body.id)
         except AnswerRefusedError as exc:
@@ -391,6 +396,15 @@ class InboxApp:
             return 409, dumps(reply)
         except StoreError as exc:
             return _problem(503, str(exc), body.id)
+        answer = given.decided
+        if answer is None:
+            reply = AnswerReply(
+                id=body.id,
+                by=shown_name(body.by) if body.by is not None else None,
+                approvals=[shown_name(a) for a in given.approvals],
+                quorum=given.quorum,
+            )
+            return 200, dumps(reply)
         reply = AnswerReply(id=answer.question_id, outcome=answer.outcome.value, by=answer.by)
         return 200, dumps(reply)
 

@@ -106,6 +106,10 @@ class AnswerReply:
     by: str | None = None
     error: str | None = None
     recorded: str | None = None
+    #: For a question that needs several approvers, answered with an approval that does not
+    #: decide it yet (``outcome`` absent): who has allowed so far, of how many needed.
+    approvals: list[str] | None = None
+    quorum: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -171,6 +175,7 @@ def shown(question: PendingQuestion) -> PendingQuestion:
         always_rule=_text(question.always_rule),
         project_rules=_text(question.project_rules),
         arguments=_escaped(question.arguments) if question.arguments is not None else None,
+        approvals=tuple(printable(a) for a in question.approvals),
     )
 
 

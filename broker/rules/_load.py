@@ -63,6 +63,7 @@ _RULE_KEYS = (
     "counterexamples",
     "reason",
     "approvers",
+    "quorum",
 )
 #: Who a rule's ``approvers`` may name: a person, ``group:NAME`` or an OS user ``uid:NAME``.
 _APPROVER = re.compile(r"(?:(?:group|uid):)?[a-z0-9][a-z0-9._-]{0,63}")
@@ -240,6 +241,7 @@ def _rule_from_table(
     if reason is not None and (not isinstance(reason, str) or not reason.strip()):
         problems.append(f"{head}: reason must be a non-empty string")
     approvers = _approvers(table, decision_text, head, problems)
+    quorum = _quorum(table, decision_text, approvers, head, problems)
     if len(problems) > before:
         return None
     assert isinstance(tool, str)
@@ -254,6 +256,7 @@ def _rule_from_table(
             origin=origin,
             reason=reason,
             approvers=approvers,
+            quorum=quorum,
         )
     except GlobError as exc:
         problems.append(f"{head}: {exc}")
@@ -287,6 +290,49 @@ def _approvers(
         )
         return ()
     return tuple(dict.fromkeys(given))
+
+
+#: The most approvals a rule may ask for (a quorum beyond this is a typo, not a policy).
+MAX_QUORUM = 9
+
+
+def _quorum(
+    table: dict[str, Any],
+    decision: object,
+    approvers: tuple[str, ...],
+    head: str,
+    problems: list[str],
+) -> int:
+    """The rule's ``quorum``: how many different approvers must allow its questions."""
+    if "quorum" not in table:
+        return 1
+    given = table["quorum"]
+    if decision != "ask":
+        problems.append(
+            f"{head}: quorum counts the people who allow a question, so only an ask rule has "
+            'one: write decision = "ask"'
+        )
+        return 1
+    if isinstance(given, bool) or not isinstance(given, int) or not 1 <= given <= MAX_QUORUM:
+        problems.append(
+            f"{head}: quorum must be a whole number from 1 to {MAX_QUORUM}, got {given!r}: "
+            "write quorum = 2 for two-person approval"
+        )
+        return 1
+    if given > 1 and not approvers:
+        problems.append(
+            f"{head}: quorum = {given} needs approvers to count: name who may allow, e.g. "
+            'approvers = ["group:ops"]'
+        )
+        return 1
+    named = [a for a in approvers if not a.startswith("group:")]
+    if given > 1 and len(named) == len(approvers) and len(named) < given:
+        problems.append(
+            f"{head}: quorum = {given} can never be met by {len(named)} approver(s) "
+            f"{named}: name more people, or a group"
+        )
+        return 1
+    return given
 
 
 def _as_written(table: dict[str, Any]) -> str:

@@ -155,6 +155,9 @@ class Rule:
     #: On an ask rule: who alone may answer the questions it sends to people (names,
     #: ``group:NAME``, ``uid:NAME``); empty: anyone who answers.
     approvers: tuple[str, ...] = ()
+    #: On an ask rule with approvers: how many different approvers must allow its questions
+    #: (one reject rejects at once); 1: the first answer decides.
+    quorum: int = 1
     _tool_regexes: tuple[re.Pattern[str], ...] = attrs.field(eq=False, repr=False)
 
     @classmethod
@@ -169,6 +172,7 @@ class Rule:
         args: Mapping[str, str] | None = None,
         reason: str | None = None,
         approvers: tuple[str, ...] = (),
+        quorum: int = 1,
     ) -> Rule:
         """Compile the globs; :class:`~._glob.GlobError` names a bad one."""
         names = tuple(tools)
@@ -181,6 +185,7 @@ class Rule:
             origin=origin,
             reason=reason,
             approvers=approvers,
+            quorum=quorum,
             tool_regexes=tuple(name_glob(t) for t in names),
         )
 

@@ -122,6 +122,8 @@ def _decided(entry: TimelineEntry, event: ApprovalDecided) -> str:
         text += " [" + ", ".join(flags) + "]"
     if event.message is not None:
         text += f" saying {event.message!r}"
+    if event.answers is not None:
+        text += f" — answers: {event.answers}"
     if entry.pair_seq is None:
         return text + " (no matching ask)"
     if entry.duration_ms is None:

@@ -35,6 +35,12 @@ function field(list, label, value) {
   list.append(text("dt", null, label), text("dd", null, value));
 }
 
+// A two-person approval's progress: "1 of 2 approvals, by alice".
+function approvalsText(approvals, quorum) {
+  const by = approvals.length ? `, by ${approvals.join(", ")}` : "";
+  return `${approvals.length} of ${quorum} approvals${by}`;
+}
+
 function card(q) {
   const li = document.createElement("li");
   li.className = "question";
@@ -48,6 +54,10 @@ function card(q) {
   field(facts, "Reason", q.reason);
   if (q.arguments) field(facts, "Arguments", JSON.stringify(q.arguments, null, 1));
   if (q.approvers && q.approvers.length) field(facts, "Only by", q.approvers.join(", "));
+  if (q.quorum > 1) {
+    field(facts, "Approvals", approvalsText(q.approvals || [], q.quorum));
+    facts.lastElementChild.classList.add("approvals");
+  }
   field(facts, "Shown as", q.displayReason);
   field(facts, "Session", q.sessionId);
   const sessionLink = text("a", "session-link", q.sessionId);
@@ -191,6 +201,15 @@ async function answer(id, outcome, terms = null) {
     reply = await response.json().catch(() => ({}));
   } catch (error) {
     reply = { error: `the inbox did not answer: ${error}` };
+  }
+  if (status === 200 && reply.outcome == null && reply.quorum) {
+    // An approval that does not decide yet: another approver must allow too.
+    const progress = approvalsText(reply.approvals || [], reply.quorum);
+    result.textContent = `your approval is recorded: ${progress}; another approver must allow it`;
+    const shown = entry.card.querySelector(".approvals");
+    if (shown) shown.textContent = progress;
+    entry.card.classList.add("approved");
+    return;
   }
   if (status === 200) {
     result.textContent = `answered ${reply.outcome} by ${reply.by}: waiting for the asker to record it`;
@@ -381,7 +400,12 @@ async function loadMine() {
     if (!reply.ok) return;
     const mine = (await reply.json()).questions.filter(named);
     const ids = new Set(mine.map((q) => q.id));
-    for (const q of mine) add(q);
+    for (const q of mine) {
+      add(q);
+      const entry = cards.get(q.id);
+      const shown = entry && q.quorum > 1 ? entry.card.querySelector(".approvals") : null;
+      if (shown) shown.textContent = approvalsText(q.approvals || [], q.quorum);
+    }
     for (const [id, entry] of cards) {
       if (named(entry.question) && !ids.has(id) && !entry.card.classList.contains("answered")) {
         entry.card.remove();

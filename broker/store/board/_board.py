@@ -40,10 +40,13 @@ from ._people import Person
 
 __all__ = [
     "ANSWERABLE",
+    "HOW_AUTHENTICATED",
     "AnswerBoard",
+    "AnswerGiven",
     "AnswerRefusedError",
     "GrantRevocation",
     "HasAnswerBoard",
+    "NotAnApproverError",
     "PendingQuestion",
     "QuestionStatus",
     "RemoteAnswer",
@@ -85,6 +88,59 @@ class UnknownQuestionError(AnswerRefusedError):
     """No question with that id was ever put up on this board."""
 
 
+class NotAnApproverError(AnswerRefusedError):
+    """The question names its approvers and whoever answered is not one of them (or gave an
+    approval they had given already); the attempt is recorded, nothing is decided."""
+
+
+#: How an answer's giver was authenticated, as recorded: a personal token (``broker answer
+#: --token-file``), a signed-in inbox session (cookie bound to a token), the OS user on a
+#: local store file, the shared inbox token, a name given in code (``Broker.answer``), or a
+#: name typed with ``broker answer --by`` on a store with no people (not authenticated).
+HOW_AUTHENTICATED = ("token", "inbox-session", "os-user", "shared-token", "in-process", "typed")
+
+
+@attrs.frozen(kw_only=True)
+class AnswerGiven:
+    """One answer someone gave to a question on the board, whether it decided, counted towards
+    a quorum, or was refused (``refused`` says why): the audit of who said what, and how they
+    were authenticated (``how``, one of :data:`HOW_AUTHENTICATED`, or None when unknown)."""
+
+    question_id: str
+    outcome: Outcome
+    by: str | None = None
+    how: str | None = None
+    at_ms: int
+    refused: str | None = None
+
+    @classmethod
+    def rows(
+        cls, question_id: str, rows: list[tuple[int, str, str | None, str | None, str | None]]
+    ) -> list[AnswerGiven]:
+        """Stored rows ``(at_ms, outcome, by, how, refused)`` of *question_id*, in order."""
+        return [
+            cls(
+                question_id=question_id,
+                at_ms=at_ms,
+                outcome=Outcome(outcome),
+                by=by,
+                how=how,
+                refused=refused,
+            )
+            for at_ms, outcome, by, how, refused in rows
+        ]
+
+    def row(self) -> tuple[str, int, str, str | None, str | None, str | None]:
+        """What a board stores: ``(question_id, at_ms, outcome, by, how, refused)``."""
+        return (self.question_id, self.at_ms, self.outcome.value, self.by, self.how, self.refused)
+
+    def describe(self) -> str:
+        """``allowed-once by alice (token)``, ``refused: rejected by mallory (token): …``."""
+        who = self.by if self.by is not None else "someone"
+        text = f"{self.outcome.value} by {who}" + (f" ({self.how})" if self.how else "")
+        return text if self.refused is None else f"refused: {text}: {self.refused}"
+
+
 @attrs.frozen(kw_only=True)
 class PendingQuestion:
     """A question waiting for an answer, as any answerer anywhere sees it.
@@ -118,6 +174,13 @@ class PendingQuestion:
     #: Who alone may answer it (a rule's ``approvers``: names, ``group:NAME``, ``uid:NAME``);
     #: empty: anyone who may answer at all.
     approvers: tuple[str, ...] = ()
+    #: How many different approvers must allow it before it is allowed (a rule's ``quorum``);
+    #: one reject rejects it at once. 1: the first answer decides.
+    quorum: int = 1
+    #: Who has allowed it so far, for a question with a quorum, where the reader looked
+    #: (the inbox's and ``broker pending``'s lists); the board itself keeps them as answers
+    #: given (:meth:`AnswerBoard.given`).
+    approvals: tuple[str, ...] = ()
 
     def may_be_answered_by(self, who: str | None, groups: tuple[str, ...] = ()) -> bool:
         """Whether *who* (a person's name or ``uid:NAME``, with their *groups*) may answer."""
@@ -328,6 +391,18 @@ class AnswerBoard(Protocol):
         *always* where it is not offered.
         Cancellation: the answer may or may not have been stored; :meth:`status` tells.
         """
+        ...
+
+    async def give(self, given: AnswerGiven) -> None:
+        """Record *given*, one answer someone gave (deciding, counted towards a quorum, or
+        refused), for every process on this board; durable on return. It decides nothing
+        (:meth:`answer` does). Cancellation: it may or may not have been stored.
+        """
+        ...
+
+    async def given(self, question_id: str) -> list[AnswerGiven]:
+        """Every answer given to *question_id* (:meth:`give`), oldest first (empty once the
+        question's rows are pruned). Cancellation: nothing changes."""
         ...
 
     async def status(self, question_id: str) -> QuestionStatus | None:

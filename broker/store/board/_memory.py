@@ -14,6 +14,7 @@ import trio
 
 from ..._vocabulary import Outcome
 from ._board import (
+    AnswerGiven,
     AnswerRefusedError,
     GrantRevocation,
     PendingQuestion,
@@ -78,6 +79,7 @@ class _Entry:
     answer: RemoteAnswer | None = None
     settled: Outcome | None = None
     answered: trio.Event = attrs.field(factory=trio.Event)
+    given: list[AnswerGiven] = attrs.field(factory=list)
 
     def status(self) -> QuestionStatus:
         return QuestionStatus(question=self.question, answer=self.answer, settled=self.settled)
@@ -211,6 +213,20 @@ class MemoryBoard:
         )
         entry.answered.set()
         return entry.answer
+
+    async def give(self, given: AnswerGiven) -> None:
+        """Record an answer given. Cancellation: a plain checkpoint, before anything changes."""
+        await trio.lowlevel.checkpoint()
+        entry = self._entries.get(given.question_id)
+        if entry is None:
+            raise refusal(given.question_id, None) or AssertionError("unreachable")
+        entry.given.append(given)
+
+    async def given(self, question_id: str) -> list[AnswerGiven]:
+        """The answers given, oldest first. Cancellation: a plain checkpoint."""
+        await trio.lowlevel.checkpoint()
+        entry = self._entries.get(question_id)
+        return list(entry.given) if entry is not None else []
 
     async def aclose(self) -> None:
         """Nothing to close: the board holds no connection. Cancellation: a plain checkpoint."""

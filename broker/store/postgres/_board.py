@@ -45,6 +45,7 @@ from .._protocol import StoreError
 from .._requests import wall_clock_ms
 from .._url import redact_dsn
 from ..board import (
+    AnswerGiven,
     AnswerRefusedError,
     GrantRevocation,
     PendingQuestion,
@@ -107,6 +108,18 @@ _DDL = (
         added_ms bigint NOT NULL
     )""",
     _REVOCATIONS_DDL,
+    # Every answer given to a question (deciding, counted towards a quorum, or refused), in
+    # the order given (ord): who, how they were authenticated, why refused.
+    """CREATE TABLE IF NOT EXISTS {s}.board_given (
+        ord bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        question_id text NOT NULL,
+        at_ms bigint NOT NULL,
+        outcome text NOT NULL,
+        given_by text,
+        how text,
+        refused text
+    )""",
+    "CREATE INDEX IF NOT EXISTS board_given_question ON {s}.board_given (question_id)",
 )
 # Which events of a question's session may hold its decided: those after the seq its log had
 # reached when the question was put up (an index range of the events' key, a few rows however
@@ -299,6 +312,7 @@ class PostgresBoard:
                 and _column_exists(conn, self.schema, "board_answers", "always_how")
                 and _column_exists(conn, self.schema, "board_answers", "message")
                 and _table_exists(conn, self.schema, "board_people")
+                and _table_exists(conn, self.schema, "board_given")
             )
             if current:
                 self._ensured = True
@@ -419,6 +433,39 @@ class PostgresBoard:
                 (digest,),
             ).fetchone()
             return None if row is None else _person(row)
+
+        return await self._run(read)
+
+    async def give(self, given: AnswerGiven) -> None:
+        """Record an answer given (module doc of :mod:`broker.store.board._quorum`); committed
+        on return. Cancellation: waits for the write."""
+
+        def write(conn: Connection[Any]) -> None:
+            self._ensure(conn)
+            conn.execute(
+                self._q(
+                    "INSERT INTO {s}.board_given (question_id, at_ms, outcome, given_by, how, "
+                    "refused) VALUES (%s, %s, %s, %s, %s, %s)"
+                ),
+                given.row(),
+            )
+
+        await self._run(write)
+
+    async def given(self, question_id: str) -> list[AnswerGiven]:
+        """The answers given, oldest first. Cancellation: waits for the read."""
+
+        def read(conn: Connection[Any]) -> list[AnswerGiven]:
+            if not self._has_board(conn):
+                return []
+            rows = conn.execute(
+                self._q(
+                    "SELECT at_ms, outcome, given_by, how, refused FROM {s}.board_given "
+                    "WHERE question_id = %s ORDER BY ord"
+                ),
+                (question_id,),
+            ).fetchall()
+            return AnswerGiven.rows(question_id, rows)
 
         return await self._run(read)
 
@@ -626,7 +673,8 @@ class PostgresBoard:
                     + decided
                     + scope
                     + " RETURNING q.id), gone_answers AS (DELETE FROM {s}.board_answers a "
-                    "USING gone WHERE a.question_id = gone.id) "
+                    "USING gone WHERE a.question_id = gone.id), gone_given AS (DELETE FROM "
+                    "{s}.board_given g USING gone WHERE g.question_id = gone.id) "
                     "SELECT q.question FROM {s}.board_questions q WHERE NOT "
                     + decided
                     + scope

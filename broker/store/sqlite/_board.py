@@ -38,6 +38,7 @@ from ..._vocabulary import Outcome
 from .._protocol import StoreError
 from .._requests import wall_clock_ms
 from ..board import (
+    AnswerGiven,
     GrantRevocation,
     PendingQuestion,
     PeopleExistsError,
@@ -164,6 +165,8 @@ def _prune(conn: sqlite3.Connection, ids: list[tuple[str]]) -> None:
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany("DELETE FROM board_answers WHERE question_id = ?", ids)
+        if _has_table(conn, "board_given"):
+            conn.executemany("DELETE FROM board_given WHERE question_id = ?", ids)
         conn.executemany("DELETE FROM board_questions WHERE id = ?", ids)
         conn.execute("COMMIT")
     except sqlite3.OperationalError:
@@ -292,6 +295,39 @@ class SqliteBoard:
             return answer
 
         return await self._run(write)
+
+    async def give(self, given: AnswerGiven) -> None:
+        """Record an answer given (module doc of :mod:`broker.store.board._quorum`).
+        Cancellation: waits for the write."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            if not _has_table(conn, "board_given"):
+                raise StoreError(
+                    f"store file '{self.path}' cannot record answers given: its writer is an "
+                    "older broker; open the store with this version"
+                )
+            conn.execute(
+                "INSERT INTO board_given (question_id, at_ms, outcome, given_by, how, refused) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                given.row(),
+            )
+
+        await self._run(write)
+
+    async def given(self, question_id: str) -> list[AnswerGiven]:
+        """The answers given, oldest first. Cancellation: waits for the read."""
+
+        def read(conn: sqlite3.Connection) -> list[AnswerGiven]:
+            if not _has_table(conn, "board_given"):
+                return []
+            rows = conn.execute(
+                "SELECT at_ms, outcome, given_by, how, refused FROM board_given "
+                "WHERE question_id = ? ORDER BY rowid",
+                (question_id,),
+            ).fetchall()
+            return AnswerGiven.rows(question_id, rows)
+
+        return await self._run(read)
 
     async def revoke_grant(self, grant_id: str, by: str | None) -> GrantRevocation:
         """Record the revocation, atomically (the first stands). Cancellation: waits for the

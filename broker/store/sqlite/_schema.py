@@ -103,6 +103,17 @@ BOARD_DDL = (
     )""",
     # People who may answer (broker people add): a name, groups, their token's hash.
     PEOPLE_DDL,
+    # Every answer given to a question (deciding, counted towards a quorum, or refused), in
+    # the order given (rowid): who, how they were authenticated, why refused.
+    """CREATE TABLE IF NOT EXISTS board_given (
+        question_id TEXT NOT NULL,
+        at_ms INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        given_by TEXT,
+        how TEXT,
+        refused TEXT
+    )""",
+    """CREATE INDEX IF NOT EXISTS board_given_question ON board_given (question_id)""",
     # Grants revoked from elsewhere (broker grants revoke); the first revocation stands.
     """CREATE TABLE IF NOT EXISTS board_revocations (
         grant_id TEXT PRIMARY KEY NOT NULL,
