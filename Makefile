@@ -23,7 +23,8 @@ ASYNC_TESTS := --disable=ASYNC124,ASYNC910,ASYNC911,ASYNC912 \
 
 .PHONY: demo test lint docs bench bench-quick system-deps clean
 
-$(STAMP): pyproject.toml
+# The system packages come first: pyfuse3 (a test dependency) builds against libfuse3's headers.
+$(STAMP): pyproject.toml | system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# compat: a .pth with the checkout on sys.path, which mypy follows (the default editable
@@ -36,7 +37,8 @@ $(STAMP): pyproject.toml
 # browser tests (Playwright drives Debian's chromium, never a browser download of its own);
 # Node.js runs the official TypeScript ACP client in the interop tests; PostgreSQL's server
 # binaries let the tests start a throwaway cluster where no server answers
-# (tests/postgres_server.py). Install them once when missing.
+# (tests/postgres_server.py); FUSE 3 (fusermount3, and libfuse3's headers that pyfuse3 builds
+# against) mounts the power-cut filesystem of tests/powercut. Install them once when missing.
 system-deps:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  echo "installing bubblewrap (Debian package) ..."; \
@@ -50,6 +52,9 @@ system-deps:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
 	  echo "installing postgresql (Debian package; the tests start a throwaway cluster) ..."; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql; }
+	@{ command -v fusermount3 && pkg-config --exists fuse3 && command -v cc; } >/dev/null 2>&1 || { \
+	  echo "installing fuse3, libfuse3-dev, pkg-config, gcc (Debian packages; the power-cut filesystem) ..."; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq fuse3 libfuse3-dev pkg-config gcc; }
 
 # The official TypeScript ACP SDK, pinned by tests/interop/ts/package-lock.json.
 $(TS_SDK): tests/interop/ts/package-lock.json | system-deps
@@ -92,6 +97,7 @@ bench: $(STAMP) system-deps
 	$(PY) -W error -m bench
 	$(PY) -W error -m bench.store
 	$(PY) -W error -m bench.crash
+	$(PY) -W error -m bench.powercut
 	$(PY) -W error -m bench.pgstore
 	$(PY) -W error -m bench.remote
 	$(PY) -W error -m bench.mcp_gate
