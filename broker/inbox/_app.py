@@ -14,6 +14,7 @@ Routes (every one needs the token first — 401 and no data without it, :mod:`._
                           answer was taken, 409 refused naming what was recorded, 404 an unknown
                           id, 400 a bad body
 ``GET /api/grants``       the grants of the store's sessions, with their status
+``GET /stats``            ``broker stats --html`` of the store (:mod:`broker.stats`): charts
 ``POST /api/revoke``      ``{"id", "by"}`` with the ``X-CSRF-Token`` header: the grant is revoked
                           for every process on the store (200), 404 no such grant, 400 a bad body
 ========================  ================================================================
@@ -39,6 +40,7 @@ import trio
 from .._cattrs_errors import STRUCTURE_ERRORS, problems
 from .._codec import converter
 from .._display import printable
+from ..stats import CSP as STATS_CSP
 from ..store import (
     TOKEN_PREFIX,
     AnswerRefusedError,
@@ -219,6 +221,8 @@ class InboxApp:
         elif path == "/api/grants":
             status, body = await self._grants()
             await respond(send, status, body, _JSON)
+        elif path == "/stats":
+            await self._stats(send)
         else:
             await respond(send, 404, b"not found\n")
 
@@ -268,6 +272,24 @@ class InboxApp:
         except (LogToolError, StoreError) as exc:
             return _problem(503, shown_name(str(exc)))
         return 200, dumps(GrantsView(grants=views))
+
+    async def _stats(self, send: Send) -> None:
+        """``broker stats --html`` of this inbox's store, served with the page's own
+        Content-Security-Policy (its inline style; nothing loads, nothing runs)."""
+        if self.log is None:
+            await respond(
+                send,
+                404,
+                b"no statistics here: the inbox reads them from a SQLite or PostgreSQL store\n",
+            )
+            return
+        try:
+            page = await self.log.stats_page()
+        except (LogToolError, StoreError) as exc:
+            await respond(send, 503, shown_name(str(exc)).encode() + b"\n")
+            return
+        csp = ((b"content-security-policy", STATS_CSP.encode()),)
+        await respond(send, 200, page, "text/html; charset=utf-8", extra=csp)
 
     async def _grant_view(self, row: GrantRow) -> GrantView:
         await trio.lowlevel.checkpoint()

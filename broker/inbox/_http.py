@@ -104,11 +104,14 @@ async def start_response(
     content_type: str,
     extra: tuple[tuple[bytes, bytes], ...] = (),
 ) -> None:
-    """Send the status line and headers (the security headers included).
+    """Send the status line and headers: the security headers, each replaced by one of *extra*
+    of the same name (the stats page's own Content-Security-Policy), then *extra*.
 
     Cancellation: the response may be cut short; the client sees a broken connection.
     """
-    headers = [(b"content-type", content_type.encode()), *SECURITY_HEADERS, *extra]
+    named = {name for name, _ in extra}
+    kept = [header for header in SECURITY_HEADERS if header[0] not in named]
+    headers = [(b"content-type", content_type.encode()), *kept, *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers})
 
 

@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from .._display import printable
+from ..stats import stats_page
 from ..store import GrantRow, describe_entry, list_grants, show_session
 from ..store.sqlite import SqliteBoard
 from ._wire import SessionView, TimelineRow, dumps
@@ -72,6 +73,12 @@ class SessionLog:
         :class:`~broker.store.StoreError` when the store cannot be read. Cancellation: waits
         for a read in progress, then stops."""
         return await trio.to_thread.run_sync(list_grants, self.path, limiter=self._limiter)
+
+    async def stats_page(self) -> bytes:
+        """What ``broker stats --html`` writes for this store (:mod:`broker.stats`). Raises
+        :class:`~broker.store.StoreError` when the store cannot be read. Cancellation: waits
+        for a read in progress, then stops."""
+        return (await stats_page(self.path, limiter=self._limiter)).encode()
 
 
 def session_log_of(board: AnswerBoard) -> SessionLog | None:

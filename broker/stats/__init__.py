@@ -24,6 +24,7 @@ from ._collect import SourceCount as SourceCount
 from ._collect import Stats as Stats
 from ._collect import collect as collect
 from ._collect import percentile as percentile
+from ._html import CSP as CSP
 from ._html import render_html as render_html
 from ._html import write_page as write_page
 from ._read import logged_events as logged_events
@@ -34,6 +35,7 @@ from ._text import duration_text as duration_text
 from ._text import render_text as render_text
 
 __all__ = [
+    "CSP",
     "AnswerTimes",
     "Bucket",
     "GrantCount",

@@ -55,6 +55,8 @@ svg text { font: 11px system-ui, sans-serif; fill: #333; }
 .legend span { display: inline-block; margin-right: 14px; }
 .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
 """
+#: The page's Content-Security-Policy (its meta tag, and the inbox's header when it serves it):
+#: nothing loads, nothing runs; only its own inline style.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 
