@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import itertools
 import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 import trio
@@ -82,6 +84,39 @@ def _check_tool(tool_name: object) -> str:
             "name the tool the grant covers"
         )
     return tool_name
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _agent_keyword_deprecated(method: _F) -> _F:
+    """Keep the old spelling ``method(agent=...)`` for one release: the first parameter was
+    renamed ``session`` (it takes a session or an agent). Warns ``DeprecationWarning``."""
+
+    def moved(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        if "agent" not in kwargs:
+            return args
+        warnings.warn(
+            f"Broker.{method.__name__}(agent=...) is deprecated and goes in the next release: "
+            f"pass the agent (or its session) first, broker.{method.__name__}(agent, ...)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return (kwargs.pop("agent"), *args)
+
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def call_async(self: Broker, *args: Any, **kwargs: Any) -> Any:
+            return await method(self, *moved(args, kwargs), **kwargs)
+
+        return call_async  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def call(self: Broker, *args: Any, **kwargs: Any) -> Any:
+        return method(self, *moved(args, kwargs), **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 @attrs.define(eq=False, repr=False)
@@ -541,6 +576,7 @@ class Broker(metaclass=FactoryMade):
         value = parse_policy(policy)
         await self._check_session(session, "session").set_approval_policy(value)
 
+    @_agent_keyword_deprecated
     async def set_policy(self, session: Session | Agent, policy: Policy | str) -> bool:
         """Switch *session* (or an agent's) live. Returns whether the effective policy changed.
 
@@ -671,6 +707,7 @@ class Broker(metaclass=FactoryMade):
         (one already past its rules is not affected). Sync: never blocks."""
         self.rules = _check_rules(rules)
 
+    @_agent_keyword_deprecated
     def is_granted(self, session: Session | Agent, tool_name: str) -> bool:
         """Whether *session* (or an agent's) or a live ancestor holds a grant for
         *tool_name*. Sync; the session may be closed."""

@@ -351,3 +351,13 @@ async def test_unknown_delegation_mode_fails_at_start_up() -> None:
     with pytest.raises(ValueError, match=r'^delegation must be one of "pin-never" or "inherit"'):
         async with open_broker(delegation="sometimes"):
             raise AssertionError("must not start")
+
+
+async def test_the_old_agent_keyword_still_works_for_one_release(
+    approval_broker: Broker, approval_session: Session
+) -> None:
+    agent = approval_session.agent
+    with pytest.warns(DeprecationWarning, match=r"^Broker.set_policy\(agent=...\) is deprecated"):
+        assert await approval_broker.set_policy(agent=agent, policy="never")  # type: ignore[call-arg]
+    with pytest.warns(DeprecationWarning, match=r"^Broker.is_granted\(agent=...\) is deprecated"):
+        assert not approval_broker.is_granted(agent=agent, tool_name="bash")  # type: ignore[call-arg]
