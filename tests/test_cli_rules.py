@@ -57,7 +57,7 @@ def test_check_names_every_problem_of_every_file_and_exits_1(
         f"{good}: 2 rules, examples hold",
         f"rules file {bad}: rule 1: example 'ls' is not covered by the rule",
         f"rules file {bad}: rule 2: unknown key 'when': a rule has decision, tool, command, "
-        "args, examples, counterexamples, reason, approvers",
+        "args, examples, counterexamples, reason, approvers, quorum",
         f"rules file {missing}: cannot read it (No such file or directory): check the path",
     ]
 

@@ -233,7 +233,7 @@ def test_normalise_path() -> None:
         (
             '[[rules]]\ndecision = "allow"\ntool = "bash"\nmatch = "x"\n',
             "rule 1: unknown key 'match': a rule has decision, tool, command, args, examples, "
-            "counterexamples, reason, approvers",
+            "counterexamples, reason, approvers, quorum",
         ),
         (
             '[[rules]]\ndecision = "allow"\ntool = "read_[x"\n',

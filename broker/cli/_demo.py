@@ -15,7 +15,7 @@ from .. import Answer, Outcome, first_answer, open_broker
 from .._events import TurnEnd
 from ..agent import AgentLoop, LoopObserver, Scenario, ScriptedModel
 from ..scenarios import scenario_path
-from ..store import open_sqlite_reader, show_session
+from ..store import SqliteStore, open_sqlite_reader, show_session
 from ..tools import BashTool, BubblewrapExecutor, SandboxUnavailableError, ToolRuntime
 from ._signals import run_until_signalled
 from ._store_args import sqlite_file
@@ -138,8 +138,10 @@ async def _demo(
         return 2
     scenario = Scenario.from_file(scenario_path("escalation"))
     print(f"workspace: {workspace}  (sandbox: bubblewrap, default mode read-only)")
-    print(f"session log: {store}  (SQLite, synchronous=FULL; kept after the demo)")
     async with open_broker(store=store) as broker, broker.open_session() as session:
+        # What the writer's connection reports, read back at open; not what was asked for.
+        synchronous = broker.store.synchronous if isinstance(broker.store, SqliteStore) else "?"
+        print(f"session log: {store}  (SQLite, synchronous={synchronous}; kept after the demo)")
         bash = BashTool(executor=executor, workspace=workspace)
         runtime = ToolRuntime(tools=[bash], approval=broker)
         loop = AgentLoop(

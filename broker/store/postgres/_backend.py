@@ -14,6 +14,7 @@ its own transaction that this process still holds each session it writes.
 
 from __future__ import annotations
 
+import logging
 import time
 import urllib.parse
 from collections.abc import Sequence
@@ -40,7 +41,7 @@ from ._jobs import (
     write_group,
 )
 from ._leases import Leases
-from ._schema import connect, prepare_schema
+from ._schema import ServerDurability, connect, prepare_schema, read_durability
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from .._plan import Plan
 
 __all__ = ["RECONNECT_DELAYS", "PostgresBackend"]
+
+log = logging.getLogger("broker.store")
 
 #: The pauses before each attempt to connect again after the connection was lost (seconds).
 RECONNECT_DELAYS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
@@ -74,6 +77,9 @@ class PostgresBackend:
     _renewed_at: float = attrs.field(factory=time.monotonic, init=False)
     # Opened and not closed: a lost connection is made again (_reconnect).
     _live: bool = attrs.field(default=False, init=False)
+    # What the server said at the last connect (_check_durability); warned about at most once.
+    _durability: ServerDurability | None = attrs.field(default=None, init=False)
+    _warned: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._statements = Statements.of(self.schema)
@@ -85,6 +91,13 @@ class PostgresBackend:
     def owner(self) -> str:
         """This process's owner id in the leases it takes (``pid@host#random``)."""
         return self._leases.owner
+
+    @property
+    def durability(self) -> ServerDurability | None:
+        """``synchronous_commit`` and ``fsync`` as the server reported them on the writer's
+        connection when it last connected (read back, never assumed); None before
+        :meth:`open`."""
+        return self._durability
 
     @property
     def lease_ttl(self) -> float:
@@ -127,6 +140,7 @@ class PostgresBackend:
         self._lock(conn)
         prepare_schema(conn, self.where, self.schema)
         self._prepare(conn)
+        self._check_durability(conn)
         self._renewed_at = time.monotonic()
         self._live = True
         return {}
@@ -147,6 +161,16 @@ class PostgresBackend:
         conn.adapters.register_dumper(int, Int8BinaryDumper)
         binary.register(conn.adapters)
 
+    def _check_durability(self, conn: Connection[tuple[object, ...]]) -> None:
+        """Read what *conn*'s server does with a commit (once per connection, never per
+        group) and warn, once per store, when it would acknowledge one it has not made
+        durable."""
+        self._durability = read_durability(conn)
+        warning = self._durability.warning(self.label)
+        if warning is not None and not self._warned:
+            self._warned = True
+            log.warning("%s", warning)
+
     def _reconnect(self) -> Connection[tuple[object, ...]]:
         """A new connection after the last one was lost, tried at most
         ``len(RECONNECT_DELAYS)`` times with growing pauses (blocking the worker thread ~1.5 s
@@ -164,6 +188,7 @@ class PostgresBackend:
             try:
                 self._lock(conn)
                 self._prepare(conn)
+                self._check_durability(conn)  # a new connection may reach another server
             except BaseException:
                 conn.close()
                 raise

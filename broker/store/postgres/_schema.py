@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+import attrs
 import psycopg
 from psycopg import sql
 
@@ -39,9 +40,12 @@ __all__ = [
     "APPLICATION",
     "DEFAULT_SCHEMA",
     "SCHEMA_VERSION",
+    "ServerDurability",
     "check_schema_name",
     "connect",
+    "durability_warning",
     "prepare_schema",
+    "read_durability",
 ]
 
 APPLICATION = "broker-event-store"
@@ -124,6 +128,64 @@ def connect(dsn: str) -> Connection[tuple[object, ...]]:
         conn.close()
         raise
     return conn
+
+
+# synchronous_commit values with which the server flushes a commit's WAL to its own disk before
+# it answers (remote_write and remote_apply also wait for standbys); "off" answers before.
+_FLUSHED_BEFORE_ANSWER = frozenset({"on", "local", "remote_write", "remote_apply"})
+
+
+@attrs.frozen
+class ServerDurability:
+    """What the server said, on the writer's own connection, when it connected:
+    ``SHOW synchronous_commit`` (after the connection set it ``on``) and ``SHOW fsync``."""
+
+    synchronous_commit: str
+    fsync: str
+
+    def warning(self, label: str) -> str | None:
+        """The one warning for the store *label* when the server would acknowledge a commit
+        it has not made durable (see :func:`durability_warning`), else None."""
+        return durability_warning(label, self.synchronous_commit, self.fsync)
+
+
+def durability_warning(label: str, synchronous_commit: str, fsync: str) -> str | None:
+    """What to warn about the store *label* when a server with these settings would acknowledge
+    a commit it has not made durable, naming each setting and its fix; None when it would not.
+
+    ``synchronous_commit = off`` answers before the commit's WAL is flushed (a server crash
+    loses it); ``local``, ``on``, ``remote_write`` and ``remote_apply`` flush it first.
+    ``fsync = off`` never forces the WAL to disk (a power cut or an OS crash loses it). A value
+    this broker does not know counts as not durable."""
+    problems = []
+    if synchronous_commit not in _FLUSHED_BEFORE_ANSWER:
+        problems.append(
+            f"synchronous_commit is '{synchronous_commit}' on the writer's connection, so the "
+            "server answers a commit before its wal is flushed and a server crash can lose "
+            "it; set synchronous_commit = on for this role or database, and connect without "
+            "a pooler that drops session settings"
+        )
+    if fsync != "on":
+        problems.append(
+            f"fsync is '{fsync}' on the server, so it never forces its wal to disk and a "
+            "power cut or an os crash can lose it; set fsync = on in postgresql.conf and "
+            "reload the server"
+        )
+    if not problems:
+        return None
+    return f"{label}: acknowledged appends may not survive a crash: " + "; and ".join(problems)
+
+
+def read_durability(conn: Connection[tuple[object, ...]]) -> ServerDurability:
+    """``SHOW synchronous_commit`` and ``SHOW fsync`` on *conn* (leaves no transaction open).
+    Blocking."""
+    synchronous_commit = conn.execute("SHOW synchronous_commit").fetchone()
+    fsync = conn.execute("SHOW fsync").fetchone()
+    conn.commit()
+    return ServerDurability(
+        synchronous_commit="" if synchronous_commit is None else str(synchronous_commit[0]),
+        fsync="" if fsync is None else str(fsync[0]),
+    )
 
 
 def prepare_schema(

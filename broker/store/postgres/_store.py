@@ -26,6 +26,7 @@ imported when a store is opened.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -49,8 +50,11 @@ if TYPE_CHECKING:
     # Invariant: nothing of psycopg is imported with broker (it is the optional "postgres"
     # extra): the modules that use it are imported where a store or a board is opened.
     from ._board import PostgresBoard
+    from ._schema import ServerDurability
 
 __all__ = ["DEFAULT_LEASE_TTL", "PostgresStore", "open_postgres_store"]
+
+log = logging.getLogger("broker.store")
 
 #: Seconds a session's lease lasts unrenewed, by default.
 DEFAULT_LEASE_TTL = 10.0
@@ -83,6 +87,20 @@ class PostgresStore(GroupStore):
         backend = self._writer.backend
         assert isinstance(backend, PostgresBackend)
         return backend.owner
+
+    @property
+    def durability(self) -> ServerDurability:
+        """``synchronous_commit`` and ``fsync`` as the server reported them on the writer's own
+        connection when it (last) connected: read back, never assumed. A server that would
+        acknowledge a commit it has not made durable (``synchronous_commit = off``,
+        ``fsync = off``) is warned about once per store, on the ``broker.store`` logger."""
+        from ._backend import PostgresBackend
+
+        backend = self._writer.backend
+        assert isinstance(backend, PostgresBackend)
+        durability = backend.durability
+        assert durability is not None  # the store is made after its backend opened
+        return durability
 
     def inject_commit_failure(self, error: Exception, *, landed: bool = False) -> None:
         """Test seam: the next write transaction raises *error* in place of COMMIT and is rolled
@@ -136,7 +154,10 @@ async def open_postgres_store(
     checkpoint and tail when this process claims it, and its crash tail closed then (see
     :attr:`PostgresStore.recovery`): each unanswered question ``cancelled`` with
     ``recovered: true``, an open turn ``interrupted``. A broker of schema version 1 that
-    still writes the store alone makes the open fail with :class:`StoreLockedError`.
+    still writes the store alone makes the open fail with :class:`StoreLockedError`. The
+    writer's connection reads the server's ``synchronous_commit`` and ``fsync``
+    (:attr:`PostgresStore.durability`) and warns once, on the ``broker.store`` logger, when the
+    server would acknowledge a commit it has not made durable.
 
     *lease_ttl*: seconds a session's lease lasts unrenewed (renewed every third of it): how
     long after its owner stopped another process may take a session over.
@@ -169,6 +190,15 @@ async def open_postgres_store(
     )
     # Opened before the nursery exists, so an open error is raised as itself, not in a group.
     await writer.open()
+    durability = backend.durability
+    if durability is not None:
+        log.info(
+            "%s open for writing: synchronous_commit=%s, fsync=%s, read from the server on "
+            "the writer's connection",
+            backend.label,
+            durability.synchronous_commit,
+            durability.fsync,
+        )
     async with running(
         PostgresStore(writer), f"postgresql store writer {backend.location!r}"
     ) as store:

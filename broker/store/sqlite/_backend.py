@@ -27,7 +27,7 @@ from ._group import group_parameters, install_group_write, nul_free
 from ._jobs import read_sessions, reread_heads, write_group
 from ._load import load_heads, pending_in_log_order
 from ._lock import WriterLock
-from ._schema import Synchronous, check_writer_path, connect_writer
+from ._schema import Synchronous, check_writer_path, connect_writer, read_synchronous, weaker_than
 
 if TYPE_CHECKING:
     from ..._events import Event
@@ -53,6 +53,8 @@ class SqliteBackend:
     _conn: sqlite3.Connection | None = attrs.field(default=None, init=False)
     # Whether groups are written as one statement (see _group._GROUP_DDL); set at open.
     _one_statement: bool = attrs.field(default=False, init=False)
+    # PRAGMA synchronous as the connection reported it at open, on the worker thread.
+    _reported: str | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._lock = WriterLock(self.path)
@@ -78,6 +80,12 @@ class SqliteBackend:
         return f"broker-sqlite-writer:{os.path.basename(self.path)}"
 
     @property
+    def reported_synchronous(self) -> str | None:
+        """``PRAGMA synchronous`` as the writer's own connection reported it when it was opened
+        (``"FULL"``, ``"NORMAL"``, …), read back rather than assumed; None before :meth:`open`."""
+        return self._reported
+
+    @property
     def io_errors(self) -> tuple[type[Exception], ...]:
         """``sqlite3.Error``: a full disk, an I/O error."""
         return (sqlite3.Error,)
@@ -96,7 +104,17 @@ class SqliteBackend:
         except BaseException:
             self._lock.release()
             raise
-        self._conn = conn
+        self._conn = conn  # closed by the writer's release (close) if anything below raises
+        # Read back, never assumed: what this connection, the one every commit goes through,
+        # says it does. Once, at open; never on the append path.
+        self._reported = read_synchronous(conn)
+        if weaker_than(self._reported, self.synchronous):
+            raise StoreOpenError(
+                f"cannot open store file '{self.path}': the writer's connection reports "
+                f"synchronous={self._reported} after synchronous={self.synchronous} was set, "
+                "so an acknowledged append could be lost; use an sqlite build whose "
+                "PRAGMA synchronous is not overridden (compile options, a custom vfs)"
+            )
         try:
             heads = load_heads(conn, self.path)
         except sqlite3.Error as exc:

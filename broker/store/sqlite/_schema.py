@@ -30,11 +30,15 @@ __all__ = [
     "connect_reader",
     "connect_writer",
     "lock_path_for",
+    "read_synchronous",
+    "weaker_than",
 ]
 
 APPLICATION_ID = 0x42524B52  # "BRKR"
 SCHEMA_VERSION = 1
 Synchronous = Literal["FULL", "NORMAL"]
+#: ``PRAGMA synchronous``'s levels as SQLite numbers them, weakest first.
+_SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
@@ -293,6 +297,24 @@ def connect_writer(path: str, synchronous: Synchronous) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def read_synchronous(conn: sqlite3.Connection) -> str:
+    """What *conn* itself reports for ``PRAGMA synchronous``: ``"OFF"``, ``"NORMAL"``,
+    ``"FULL"`` or ``"EXTRA"`` (SQLite answers a number; anything else as its text). Blocking:
+    call it on the thread that owns *conn*."""
+    row = conn.execute("PRAGMA synchronous").fetchone()
+    level = None if row is None else row[0]
+    if isinstance(level, int) and 0 <= level < len(_SYNCHRONOUS_LEVELS):
+        return _SYNCHRONOUS_LEVELS[level]
+    return str(level)
+
+
+def weaker_than(reported: str, asked: Synchronous) -> bool:
+    """Whether the level *reported* syncs less than *asked* (an unknown one counts as weaker)."""
+    if reported not in _SYNCHRONOUS_LEVELS:
+        return True
+    return _SYNCHRONOUS_LEVELS.index(reported) < _SYNCHRONOUS_LEVELS.index(asked)
 
 
 def connect_reader(path: str) -> sqlite3.Connection:

@@ -16,6 +16,7 @@ written into the next one; :mod:`._backend` is what SQLite adds. For the read-on
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SqliteStore", "open_sqlite_store"]
 
+log = logging.getLogger("broker.store")
+
 
 @attrs.define(eq=False)
 class SqliteStore(GroupStore):
@@ -56,6 +59,16 @@ class SqliteStore(GroupStore):
     def path(self) -> str:
         """The store file."""
         return self._backend().path
+
+    @property
+    def synchronous(self) -> str:
+        """``PRAGMA synchronous`` as the writer's own connection — the one every commit goes
+        through — reported it when the store was opened: ``"FULL"`` (the default) or
+        ``"NORMAL"``, as asked. Read back on the writer's thread, not the value asked for; a
+        connection that reports less than was asked fails the open."""
+        reported = self._backend().reported_synchronous
+        assert reported is not None  # the store is made after its backend opened
+        return reported
 
     def answer_board(self) -> SqliteBoard:
         """The answer board in this store's file, shared with every process on it
@@ -101,7 +114,9 @@ async def open_sqlite_store(
     checkpoint and tail, then runs recovery (see :attr:`SqliteStore.recovery`).
 
     *synchronous*: ``"FULL"`` fsyncs every commit (an acknowledged append survives power loss);
-    ``"NORMAL"`` only at WAL checkpoints (it survives a process crash, not an OS crash).
+    ``"NORMAL"`` only at WAL checkpoints (it survives a process crash, not an OS crash). The
+    writer's connection is asked what it does once it is set (:attr:`SqliteStore.synchronous`,
+    logged at INFO on ``broker.store``): less than asked raises :class:`StoreOpenError`.
     *checkpoint_every*: write a session's projection every N events and at close (0: never).
     *inbox_size*: the bound of the writer's inbox (callers wait for room beyond it) and of a
     commit group. *clock_ms*: the wall clock stored with each row (for tests).
@@ -122,5 +137,10 @@ async def open_sqlite_store(
     )
     # Opened before the nursery exists, so an open error is raised as itself, not in a group.
     await writer.open()
+    log.info(
+        "%s open for writing: synchronous=%s, read back from the writer's connection",
+        backend.label,
+        backend.reported_synchronous,
+    )
     async with running(SqliteStore(writer), f"sqlite store writer {backend.path!r}") as store:
         yield store
