@@ -138,6 +138,15 @@ def test_two_person_approval_in_chromium(tmp_path: pathlib.Path) -> None:
                     has_text="your approval is recorded: 1 of 2 approvals, by alice"
                 ).wait_for()
                 assert "1 of 2 approvals, by alice" in alices.locator(".approvals").inner_text()
+                # A reconnect's snapshot (the feed never carries approvers' questions) leaves
+                # the card where it is: still pending, once, with its count.
+                page_of_alice = alices.page
+                page_of_alice.evaluate("connect()")
+                page_of_alice.wait_for_timeout(500)
+                mine = page_of_alice.locator("#pending li.question")
+                assert mine.count() == 1
+                assert page_of_alice.locator("#settled li.question").count() == 0
+                assert "1 of 2 approvals, by alice" in mine.inner_text()
                 bobs.locator(".approvals").filter(has_text="1 of 2 approvals, by alice").wait_for()
                 bobs.locator("button.allow").click()
                 bobs.locator(".result").filter(has_text="answered allowed-once").wait_for()

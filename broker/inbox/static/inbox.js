@@ -158,7 +158,9 @@ function settle(id, outcome, by) {
 function snapshot(data) {
   clockSkew = data.nowMs - Date.now();
   const ids = new Set(data.questions.map((q) => q.id));
-  for (const id of [...cards.keys()]) if (!ids.has(id)) settle(id, null, null);
+  // A question for named approvers is never on the feed (loadMine keeps those cards): a
+  // reconnect's snapshot must not settle it.
+  for (const [id, entry] of [...cards]) if (!ids.has(id) && !named(entry.question)) settle(id, null, null);
   for (const q of data.questions) add(q);
   counted(data.total);
   tick();
