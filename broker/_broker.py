@@ -154,6 +154,8 @@ class Broker(metaclass=FactoryMade):
     unscoped_answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     _order: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    #: Sessions ended so far (:attr:`SessionHost.sessions_ended`): the progress of a close.
+    sessions_ended: int = attrs.field(default=0, init=False)
     # The answer board (see the board property), made on first use.
     _board: AnswerBoard | None = attrs.field(default=None, init=False)
     # Ids being resumed (between the open check and registration).
@@ -342,6 +344,7 @@ class Broker(metaclass=FactoryMade):
     def forget(self, session_id: str) -> None:
         """Host interface: the session *session_id* ended; drop it from the registry (sync)."""
         self._sessions.pop(session_id, None)
+        self.sessions_ended += 1
 
     def _check_session(self, session: object, parameter: str) -> Session:
         """The open session of this broker that *session* names: a ``Session``, or an

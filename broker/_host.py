@@ -67,6 +67,12 @@ class SessionHost(Protocol):
         ...
 
     @property
+    def sessions_ended(self) -> int:
+        """How many of its sessions have ended so far: the progress a closing session watches
+        before it calls its own actor stuck (:meth:`Session.aclose`)."""
+        ...
+
+    @property
     def shielded_waits(self) -> BoundedWaits:
         """Waits for durability that the caller's cancellation cannot interrupt, each bounded
         by ``settle_grace`` (:meth:`BoundedWaits.wait`)."""

@@ -50,6 +50,10 @@ __all__ = ["Session"]
 
 log = logging.getLogger("broker.session")
 
+#: How many waits in a row (each at least one scheduler round) with no session ending, beside
+#: a whole settle_grace, before a closing session's actor is called stuck.
+_QUIET_ROUNDS = 8
+
 
 @attrs.define(eq=False, repr=False, init=False)
 class Session(PolicyAndGrants, metaclass=FactoryMade):
@@ -402,8 +406,7 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
                             self.log.state.turn, "closed", Withdrawal.SESSION_CLOSING
                         )
                 self.halt(f"session {self.id} closed")
-            with trio.move_on_after(self.host.settle_grace):
-                await self._wait_done()
+            await self._wait_done_or_stuck()
             if not self._done:
                 log.error(
                     "session %s: its nursery did not stop within settle_grace (a session task "
@@ -427,6 +430,28 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
     async def wait_closed(self) -> None:
         """Wait until the session's actor has finished. Cancellation: just stops waiting."""
         await self._wait_done()
+
+    async def _wait_done_or_stuck(self) -> None:
+        """Wait for the actor to finish; give up (it is stuck: a task ignores cancellation)
+        only once no session of the host has ended for a whole ``settle_grace`` AND for
+        :data:`_QUIET_ROUNDS` waits in a row, each of which spans at least one scheduler
+        round. The grace bounds a real wait; the rounds keep a mass close, whose first rounds
+        run every closer and actor and may outlast the grace, from calling a session stuck
+        that only waited its turn. Cancellation: run shielded."""
+        grace = self.host.settle_grace
+        seen, quiet_since, quiet_rounds = self.host.sessions_ended, trio.current_time(), 0
+        while not self._done:
+            with trio.move_on_after(grace / _QUIET_ROUNDS):
+                await self._wait_done()
+            if self._done:
+                break
+            if self.host.sessions_ended != seen:  # others are ending: the scheduler is at work
+                seen, quiet_since, quiet_rounds = self.host.sessions_ended, trio.current_time(), 0
+                continue
+            quiet_rounds += 1
+            if quiet_rounds >= _QUIET_ROUNDS and trio.current_time() - quiet_since >= grace:
+                return
+        await trio.lowlevel.checkpoint()
 
     async def _wait_done(self) -> None:
         if self._done:
