@@ -440,17 +440,20 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
         that only waited its turn. Cancellation: run shielded."""
         grace = self.host.settle_grace
         seen, quiet_since, quiet_rounds = self.host.sessions_ended, trio.current_time(), 0
+        wait = grace  # a whole grace first, and again after each sign of progress: one timer
         while not self._done:
-            with trio.move_on_after(grace / _QUIET_ROUNDS):
+            with trio.move_on_after(wait):
                 await self._wait_done()
             if self._done:
                 break
             if self.host.sessions_ended != seen:  # others are ending: the scheduler is at work
                 seen, quiet_since, quiet_rounds = self.host.sessions_ended, trio.current_time(), 0
+                wait = grace
                 continue
             quiet_rounds += 1
             if quiet_rounds >= _QUIET_ROUNDS and trio.current_time() - quiet_since >= grace:
                 return
+            wait = grace / _QUIET_ROUNDS  # quiet: count the rounds, each wait at least one
         await trio.lowlevel.checkpoint()
 
     async def _wait_done(self) -> None:
