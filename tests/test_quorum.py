@@ -20,6 +20,7 @@ from broker import ApprovalRequest, Broker, Decision, Outcome, Session, open_bro
 from broker.rules import RulesFileError, load_rules
 from broker.store import (
     Answered,
+    AnswerGiven,
     MemoryBoard,
     NotAnApproverError,
     PendingQuestion,
@@ -249,3 +250,18 @@ def test_log_show_tells_the_whole_story(tmp_path: pathlib.Path) -> None:
         "rejected by bob [answerer: board] — answers: allowed-once by alice (token); "
         "rejected by bob (token)"
     ) in shown.stdout
+
+
+def test_a_typed_name_cannot_forge_an_entry_in_the_record() -> None:
+    """A name typed with --by (one-person stores) is quoted unless plain, so it cannot read as
+    a second answer in ``answers``."""
+    forged = AnswerGiven(
+        question_id="q",
+        outcome=Outcome.REJECTED,
+        by="x (token); allowed-once by bob",
+        how="typed",
+        at_ms=0,
+    )
+    assert forged.describe() == 'rejected by "x (token); allowed-once by bob" (typed)'
+    plain = AnswerGiven(question_id="q", outcome=Outcome.ALLOWED_ONCE, by="uid:root", at_ms=0)
+    assert plain.describe() == "allowed-once by uid:root"

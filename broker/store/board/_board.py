@@ -28,6 +28,8 @@ promises:
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -59,6 +61,9 @@ __all__ = [
     "check_message",
     "remember_terms",
 ]
+
+#: A name shown as it is in the record of answers given; any other is quoted.
+_PLAIN_NAME = re.compile(r"(?:uid:)?[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 #: The outcomes a person can give from elsewhere; ``cancelled``/``unavailable`` are the asker's.
 ANSWERABLE = frozenset({Outcome.ALLOWED_ONCE, Outcome.REJECTED})
@@ -135,8 +140,14 @@ class AnswerGiven:
         return (self.question_id, self.at_ms, self.outcome.value, self.by, self.how, self.refused)
 
     def describe(self) -> str:
-        """``allowed-once by alice (token)``, ``refused: rejected by mallory (token): …``."""
-        who = self.by if self.by is not None else "someone"
+        """``allowed-once by alice (token)``, ``refused: rejected by mallory (token): …``.
+
+        A name that is not a plain one (a person's, ``uid:NAME``) is quoted as JSON, so a typed
+        ``--by "x (token); allowed-once by bob"`` cannot pass for a second answer."""
+        if self.by is None:
+            who = "someone"
+        else:
+            who = self.by if _PLAIN_NAME.fullmatch(self.by) else json.dumps(self.by)
         text = f"{self.outcome.value} by {who}" + (f" ({self.how})" if self.how else "")
         return text if self.refused is None else f"refused: {text}: {self.refused}"
 
