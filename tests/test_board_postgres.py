@@ -96,6 +96,12 @@ async def test_a_question_records_where_its_session_stood_and_a_second_answer_is
         await _returned(outcomes)
         with pytest.raises(AnswerRefusedError, match=r"it was settled as allowed-once$"):
             await broker.answer(question_id, Outcome.REJECTED, by="bob")
+        # Listing the pending questions prunes the decided one's rows: who answered it is
+        # still known, from its approval/decided event.
+        assert await broker.pending() == []
+        with pytest.raises(AnswerRefusedError) as info:
+            await broker.answer(question_id, Outcome.REJECTED, by="bob")
+        assert info.value.answered_by == "alice"
 
     outcomes = await _asking(
         postgres_dsn, lambda qid: seen.append(_after_seq(postgres_dsn, qid)), answer_twice

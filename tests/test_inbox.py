@@ -19,6 +19,7 @@ import trio.testing
 
 from broker import (
     AbortSignal,
+    AnswerRefusedError,
     ApprovalRequest,
     Broker,
     Decision,
@@ -290,6 +291,33 @@ async def test_the_stream_sends_the_list_then_what_was_added_and_how_it_settled(
                 withdrawn.signal.abort("moved on")
                 name, data = await events.next()
             assert json.loads(data)["gone"] == [{"id": withdrawn.id, "outcome": "cancelled"}]
+
+
+async def test_on_sqlite_the_stream_names_who_settled_a_question_the_board_pruned(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A SQLite board drops a decided question's rows as soon as it lists the pending ones
+    (the feed's own poll does): the settled card still names who answered, read from the
+    ``approval/decided`` event, and a late answer is told who it was."""
+    async with open_broker(store=tmp_path / "s.sqlite") as broker:
+        session = await broker.start_session()
+        async with open_inbox(broker, poll_interval=0.01) as inbox:
+            with trio.fail_after(10):
+                async with open_events(inbox.port, BEARER) as events:
+                    await events.next()  # the snapshot
+                    async with asking(broker, session) as asked:
+                        await events.next()  # added
+                        await broker.answer(asked.id, "allowed-once", by="bob")
+                        await asked.decided.wait()
+                        name, data = await events.next()
+                    assert (name, json.loads(data)["gone"]) == (
+                        "change",
+                        [{"id": asked.id, "outcome": "allowed-once", "by": "bob"}],
+                    )
+                    assert await broker.pending() == []  # pruned
+                    with pytest.raises(AnswerRefusedError) as info:
+                        await broker.answer(asked.id, "rejected", by="carol")
+                    assert info.value.answered_by == "bob"
 
 
 async def test_pages_that_went_away_leave_no_listener_behind(

@@ -65,6 +65,14 @@ def chromium_problem() -> str | None:
     return None
 
 
+def answered_text(outcome: str, by: str) -> re.Pattern[str]:
+    """What a card says once its answer went through: "answered OUTCOME by BY" while the asker
+    has not recorded it, or "settled as OUTCOME by BY" once the live feed said it was decided.
+    The feed can beat the answer's own reply (the asker records at once), and a settled card
+    has no .result any more: a test waits for either text on the whole card."""
+    return re.compile(rf"(answered|settled as) {re.escape(outcome)} by {re.escape(by)}")
+
+
 @pytest.fixture(autouse=True)
 def _needs_chromium() -> None:
     problem = chromium_problem()

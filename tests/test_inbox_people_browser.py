@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from .serve_support import decision, finish, hook_input, service, start_hook, wait_pending
-from .test_inbox_browser import CHROMIUM, chromium_problem
+from .test_inbox_browser import CHROMIUM, answered_text, chromium_problem
 from .test_people import add
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def test_a_person_signed_in_answers_as_themselves_in_chromium(tmp_path: pathlib.
                 card = page.locator(f'li[data-id="{row["id"]}"]')
                 card.locator("input.message").fill("deploy after the freeze")
                 card.locator("button.reject").click()
-                card.locator(".result").filter(has_text="answered").wait_for()
+                card.filter(has_text=answered_text("rejected", "alice")).wait_for()
             finally:
                 browser.close()
         status, out, _ = finish(asking)
@@ -90,7 +90,7 @@ def test_an_approver_sees_their_question_in_chromium_and_others_do_not(
                 others.wait_for_timeout(3000)  # past a listing round
                 assert others.locator("li.question").count() == 0
                 card.locator("button.allow").click()
-                card.locator(".result").filter(has_text="answered").wait_for()
+                card.filter(has_text=answered_text("allowed-once", "alice")).wait_for()
             finally:
                 browser.close()
         status, out, _ = finish(asking)

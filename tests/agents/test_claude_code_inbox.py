@@ -13,7 +13,7 @@ from tests.agents.claude_code import CompletedRun
 from tests.agents.model_api import ScriptedAnthropic, Text, ToolUse
 from tests.agents.test_claude_code_broker import COMMAND, decided, run
 from tests.serve_support import service, wait_pending
-from tests.test_inbox_browser import CHROMIUM, chromium_problem
+from tests.test_inbox_browser import CHROMIUM, answered_text, chromium_problem
 
 pytestmark = pytest.mark.slow
 STEP_MS = 10_000
@@ -51,7 +51,7 @@ def test_allowed_from_the_inbox_in_chromium_the_file_lands(tmp_path: pathlib.Pat
                         assert COMMAND in shown
                         page.fill("#by", "carol")
                         card.locator("button.allow").click()
-                        card.locator(".result").filter(has_text="answered").wait_for()
+                        card.filter(has_text=answered_text("allowed-once", "carol")).wait_for()
                     finally:
                         browser.close()
             finally:

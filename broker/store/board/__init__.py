@@ -36,6 +36,7 @@ from ._board import check_by as check_by
 from ._board import check_grant_id as check_grant_id
 from ._board import check_message as check_message
 from ._board import remember_terms as remember_terms
+from ._board import settled_from_log as settled_from_log
 from ._memory import MemoryBoard as MemoryBoard
 from ._memory import refusal as refusal
 from ._people import TOKEN_PREFIX as TOKEN_PREFIX

@@ -298,6 +298,27 @@ class QuestionStatus:
     settled: Outcome | None = None
 
 
+def settled_from_log(
+    question_id: str, outcome: str, by: str | None, at_ms: int | None
+) -> QuestionStatus:
+    """The status of a question the board no longer holds (pruned once decided, or decided
+    without being put up here), read from its ``approval/decided`` event: settled as
+    *outcome*, and answered by *by* (its ``answeredBy``) when an answerer named them, so a
+    reader that comes after the pruning still learns who decided it."""
+    stub = PendingQuestion(
+        id=question_id, session_id="", agent="", tool_name="?", asked_at_ms=0, owner=""
+    )
+    settled = Outcome(outcome)
+    answer = (
+        None
+        if by is None
+        else RemoteAnswer(
+            question_id=question_id, outcome=settled, by=by, answered_at_ms=at_ms or 0
+        )
+    )
+    return QuestionStatus(question=stub, answer=answer, settled=settled)
+
+
 def check_always(
     question: PendingQuestion, outcome: Outcome, always: bool, project: bool = False
 ) -> None:

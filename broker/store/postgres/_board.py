@@ -61,6 +61,7 @@ from ..board import (
     check_message,
     refusal,
     remember_terms,
+    settled_from_log,
     token_hash,
 )
 from ._native import Prepared, encode_params
@@ -165,7 +166,8 @@ _ANSWER = (
     "SELECT pg_notify($6::text, $7::text) FROM stored"
 )
 _DECIDED_ANYWHERE = (
-    "SELECT line::jsonb->'data'->>'outcome' FROM {s}.events "
+    "SELECT line::jsonb->'data'->>'outcome', line::jsonb->'data'->>'answeredBy', ts_ms "
+    "FROM {s}.events "
     "WHERE line::jsonb->>'type' = 'approval/decided' AND line::jsonb->'data'->>'id' = %s"
 )
 #: The longest pause between reconnection attempts of the listener.
@@ -330,11 +332,8 @@ class PostgresBoard:
             decided = conn.execute(self._q(_DECIDED_ANYWHERE), (question_id,)).fetchone()
             if decided is None:
                 return None
-            # Decided without being put up here (a policy, a grant, a local answerer): settled.
-            stub = PendingQuestion(
-                id=question_id, session_id="", agent="", tool_name="?", asked_at_ms=0, owner=""
-            )
-            return QuestionStatus(question=stub, settled=Outcome(decided[0]))
+            # Pruned once decided, or decided without being put up here: settled, from the log.
+            return settled_from_log(question_id, *decided)
         text, answered_id, outcome, by, at_ms, always, how, message, decided_as = row
         question = converter.structure(json.loads(text), PendingQuestion)
         answer = (

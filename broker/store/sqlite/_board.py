@@ -53,6 +53,7 @@ from ..board import (
     check_message,
     refusal,
     remember_terms,
+    settled_from_log,
     token_hash,
 )
 from ._schema import PEOPLE_DDL, connect_reader
@@ -73,7 +74,8 @@ _DECIDED_IN_SESSION = (
     "AND json_extract(line, '$.data.id') = ?3"
 )
 _DECIDED_ANYWHERE = (
-    "SELECT json_extract(line, '$.data.outcome') FROM events "
+    "SELECT json_extract(line, '$.data.outcome'), json_extract(line, '$.data.answeredBy'), "
+    "ts_ms FROM events "
     "WHERE json_extract(line, '$.type') = 'approval/decided' "
     "AND json_extract(line, '$.data.id') = ?"
 )
@@ -138,11 +140,8 @@ def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None
         decided = conn.execute(_DECIDED_ANYWHERE, (question_id,)).fetchone()
         if decided is None:
             return None
-        # Decided without being put up here (a policy, a grant, a local answerer): settled.
-        stub = PendingQuestion(
-            id=question_id, session_id="", agent="", tool_name="?", asked_at_ms=0, owner=""
-        )
-        return QuestionStatus(question=stub, settled=Outcome(decided[0]))
+        # Pruned once decided, or decided without being put up here: settled, from the log.
+        return settled_from_log(question_id, *decided)
     question = _question_from(row[0])
     decided = conn.execute(
         _DECIDED_IN_SESSION, (question.session_id, question.asked_at_ms, question_id)
