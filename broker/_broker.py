@@ -21,6 +21,7 @@ import trio
 from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle
 from ._bounded_waits import BoundedWaits
+from ._closing import wait_ended_or_stuck
 from ._collapse import collapse_single
 from ._context import APPROVAL_DELEGATION, APPROVAL_POLICY
 from ._errors import BrokerClosedError, ResumeError
@@ -31,7 +32,7 @@ from ._questions import Decision
 from ._remote import RemoteAnswerer
 from ._request import ApprovalRequest
 from ._resume import check_resume_id, take_for_resume
-from ._session import Session
+from ._session import Session, log_stuck
 from ._texts import DELEGATION_STATEMENT, policy_context
 from ._vocabulary import Delegation, Outcome, Policy, parse_policy
 from .rules import Rule, RuleSet, remember_in_file
@@ -87,6 +88,9 @@ def _check_tool(tool_name: object) -> str:
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: How many tasks release the quiet sessions of a close in the store, side by side: a durable
+#: store's writer takes each round of them as one group.
+_RELEASERS = 64
 
 
 def _agent_keyword_deprecated(method: _F) -> _F:
@@ -156,6 +160,9 @@ class Broker(metaclass=FactoryMade):
     _closing: bool = attrs.field(default=False, init=False)
     #: Sessions ended so far (:attr:`SessionHost.sessions_ended`): the progress of a close.
     sessions_ended: int = attrs.field(default=0, init=False)
+    # The quiet sessions a close waits for (Broker._finish_quiet_closes), and its signal.
+    _quiet_left: set[str] | None = attrs.field(default=None, init=False)
+    _quiet_ended: trio.Event = attrs.field(factory=trio.Event, init=False)
     # The answer board (see the board property), made on first use.
     _board: AnswerBoard | None = attrs.field(default=None, init=False)
     # Ids being resumed (between the open check and registration).
@@ -345,6 +352,11 @@ class Broker(metaclass=FactoryMade):
         """Host interface: the session *session_id* ended; drop it from the registry (sync)."""
         self._sessions.pop(session_id, None)
         self.sessions_ended += 1
+        left = self._quiet_left
+        if left is not None and session_id in left:
+            left.discard(session_id)
+            if not left:
+                self._quiet_ended.set()
 
     def _check_session(self, session: object, parameter: str) -> Session:
         """The open session of this broker that *session* names: a ``Session``, or an
@@ -735,9 +747,17 @@ class Broker(metaclass=FactoryMade):
             # Sessions registered while others close (a start in flight) are closed too.
             while fresh := [s for s in self._sessions.values() if s.id not in closing]:
                 closing.update(s.id for s in fresh)
+                # A quiet session (no question in flight, no turn open) has nothing to wait
+                # for but its actor: all of them are halted here and waited for by one task,
+                # so a mass close costs what opening them did. The others close one by one.
+                quiet = [s for s in fresh if s.close_at_once()]
+                halted = {s.id for s in quiet}
                 async with trio.open_nursery() as closers:
                     for session in fresh:
-                        closers.start_soon(session.aclose)
+                        if session.id not in halted:
+                            closers.start_soon(session.aclose)
+                    if quiet:
+                        closers.start_soon(self._finish_quiet_closes, quiet)
             # Backstop: an actor still running now would hold the root nursery open forever.
             for session in list(self._sessions.values()):
                 session.halt("broker closed")
@@ -745,6 +765,33 @@ class Broker(metaclass=FactoryMade):
                 with trio.move_on_after(self.settle_grace):
                     await self._board.aclose()
         self._nursery.cancel_scope.cancel(reason="broker closed")
+
+    async def _finish_quiet_closes(self, quiet: list[Session]) -> None:
+        """Wait, in one task, for the actors of *quiet* (each halted by
+        :meth:`Session.close_at_once`) to end, naming any that does not (the rule of
+        :mod:`broker._closing`), then release them in the store. Cancellation: run shielded by
+        :meth:`aclose`; every wait is bounded by ``settle_grace``."""
+        left = {s.id for s in quiet if not s.ended}
+        if left:
+            self._quiet_left, self._quiet_ended = left, trio.Event()
+            try:
+                await wait_ended_or_stuck(self, lambda: not left, self._quiet_ended.wait)
+            finally:
+                self._quiet_left = None
+            for session in quiet:
+                if not session.ended:
+                    log_stuck(session.id)
+        ids = iter([s.id for s in quiet])
+
+        async def release() -> None:
+            for session_id in ids:  # shared: each id is released by one of the tasks
+                with trio.move_on_after(self.settle_grace):
+                    await self.store.release(session_id)
+            await trio.lowlevel.checkpoint()  # a task that found the ids taken
+
+        async with trio.open_nursery() as releasers:
+            for _ in range(min(_RELEASERS, len(quiet))):
+                releasers.start_soon(release)
 
 
 def _check_new_id(session_id: object) -> str:

@@ -33,6 +33,7 @@ import trio
 from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn
 from ._appends import Lifecycle, SessionLog, if_pending
+from ._closing import wait_ended_or_stuck
 from ._collapse import collapse_single, is_cancellation
 from ._errors import AuditAppendError, SessionClosedError, SessionCrashedError, TurnError
 from ._events import ApprovalDecided, Event, TurnEnd, TurnEndReason, TurnStart
@@ -49,10 +50,6 @@ from .store import SessionFencedError
 __all__ = ["Session"]
 
 log = logging.getLogger("broker.session")
-
-#: How many waits in a row (each at least one scheduler round) with no session ending, beside
-#: a whole settle_grace, before a closing session's actor is called stuck.
-_QUIET_ROUNDS = 8
 
 
 @attrs.define(eq=False, repr=False, init=False)
@@ -406,13 +403,8 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
                             self.log.state.turn, "closed", Withdrawal.SESSION_CLOSING
                         )
                 self.halt(f"session {self.id} closed")
-            await self._wait_done_or_stuck()
-            if not self._done:
-                log.error(
-                    "session %s: its nursery did not stop within settle_grace (a session task "
-                    "that ignores cancellation?)",
-                    self.id,
-                )
+            if not await wait_ended_or_stuck(self.host, lambda: self._done, self._wait_done):
+                log_stuck(self.id)
             with trio.move_on_after(self.host.settle_grace):
                 await self.host.store.release(self.id)
         # A schedule point that never raises Cancelled: this runs in ``finally`` blocks while
@@ -427,34 +419,32 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
         elif not self._actor_started and not self._done:
             self._finalise()
 
+    def close_at_once(self) -> bool:
+        """Begin closing now, when nothing needs waiting for: the session is open, its actor
+        runs, no question is in flight and no turn is open, so teardown steps 1-4 come down to
+        marking it closing and cancelling its nursery, done here (sync). Returns whether it
+        did; the caller then waits for the actor to end and releases the session in the store,
+        as :meth:`aclose` would (the broker does both once for every quiet session)."""
+        if (
+            self.log.status is not Lifecycle.OPEN
+            or self._nursery is None
+            or self._done
+            or len(self.questions)
+            or self.log.state.turn_open
+        ):
+            return False
+        self.log.status = Lifecycle.CLOSING
+        self.halt(f"session {self.id} closed")
+        return True
+
+    @property
+    def ended(self) -> bool:
+        """Whether the session's actor has finished (closed or crashed, its tasks gone)."""
+        return self._done
+
     async def wait_closed(self) -> None:
         """Wait until the session's actor has finished. Cancellation: just stops waiting."""
         await self._wait_done()
-
-    async def _wait_done_or_stuck(self) -> None:
-        """Wait for the actor to finish; give up (it is stuck: a task ignores cancellation)
-        only once no session of the host has ended for a whole ``settle_grace`` AND for
-        :data:`_QUIET_ROUNDS` waits in a row, each of which spans at least one scheduler
-        round. The grace bounds a real wait; the rounds keep a mass close, whose first rounds
-        run every closer and actor and may outlast the grace, from calling a session stuck
-        that only waited its turn. Cancellation: run shielded."""
-        grace = self.host.settle_grace
-        seen, quiet_since, quiet_rounds = self.host.sessions_ended, trio.current_time(), 0
-        wait = grace  # a whole grace first, and again after each sign of progress: one timer
-        while not self._done:
-            with trio.move_on_after(wait):
-                await self._wait_done()
-            if self._done:
-                break
-            if self.host.sessions_ended != seen:  # others are ending: the scheduler is at work
-                seen, quiet_since, quiet_rounds = self.host.sessions_ended, trio.current_time(), 0
-                wait = grace
-                continue
-            quiet_rounds += 1
-            if quiet_rounds >= _QUIET_ROUNDS and trio.current_time() - quiet_since >= grace:
-                return
-            wait = grace / _QUIET_ROUNDS  # quiet: count the rounds, each wait at least one
-        await trio.lowlevel.checkpoint()
 
     async def _wait_done(self) -> None:
         if self._done:
@@ -488,3 +478,12 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
             f"{parameter} belongs to session {self.id}, which is {self.log.status.value}: "
             f"cannot {action} it; use an open session"
         )
+
+
+def log_stuck(session_id: str) -> None:
+    """Log that *session_id*'s actor did not end within the grace (:mod:`broker._closing`)."""
+    log.error(
+        "session %s: its nursery did not stop within settle_grace (a session task that "
+        "ignores cancellation?)",
+        session_id,
+    )

@@ -325,3 +325,34 @@ async def test_a_claim_does_not_wait_behind_a_paused_owners_open_transaction(
                 paused.rollback()
                 assert (await b.claim("s")).seq == 0
                 assert _lease(postgres_dsn, "s") == (b.owner, 2)
+
+
+async def test_a_broker_closing_many_sessions_gives_their_leases_back_in_few_statements(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mass close releases its sessions side by side; the writer gives each round of
+    releases back in one statement, not one round trip per session — and every lease is
+    free before the store closes (a close's own release_all is not what frees them)."""
+    from broker.store.postgres._backend import PostgresBackend
+
+    batches: list[int] = []
+    real = PostgresBackend.release
+
+    def counting(self: PostgresBackend, session_ids: Any) -> None:
+        batches.append(len(session_ids))
+        real(self, session_ids)
+
+    monkeypatch.setattr(PostgresBackend, "release", counting)
+    with trio.fail_after(60):
+        async with open_postgres_store(postgres_dsn) as store:
+            async with open_broker(store=store) as broker:
+                ids = [(await broker.start_session()).id for _ in range(200)]
+                assert {_lease(postgres_dsn, i)[0] for i in ids} == {store.owner}
+            held = _sql(
+                postgres_dsn,
+                "SELECT count(*) FROM broker.sessions WHERE id = ANY(%s) AND owner IS NOT NULL",
+                ids,
+            )
+            assert held == [(0,)]
+    assert sum(batches) == 200
+    assert len(batches) < 50

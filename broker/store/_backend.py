@@ -90,9 +90,9 @@ class Backend(Protocol):
         :class:`~broker.store.SessionOwnedError` while another process holds a live one."""
         ...
 
-    def release(self, session_id: str) -> None:
-        """(worker thread) Give *session_id*'s lease back (nothing for a store with one
-        writer)."""
+    def release(self, session_ids: Sequence[str]) -> None:
+        """(worker thread) Give the leases of *session_ids* back, all at once (nothing for a
+        store with one writer)."""
         ...
 
     def renew(self) -> dict[str, StoreError]:

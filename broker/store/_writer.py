@@ -479,13 +479,23 @@ class GroupWriter:
         lookups = [request for request in group if isinstance(request, LookupRequest)]
         if lookups:
             await self._lookup(lookups)
+        # In order; the releases between two other requests go as one batch.
+        releases: list[ReleaseRequest] = []
         for request in group:
+            if isinstance(request, ReleaseRequest):
+                releases.append(request)
+                continue
+            if not isinstance(request, ClaimRequest | RenewRequest):
+                continue
+            if releases:
+                await self._release_leases(releases)
+                releases = []
             if isinstance(request, ClaimRequest):
                 await self._claim(request)
-            elif isinstance(request, ReleaseRequest):
-                await self._release_lease(request)
-            elif isinstance(request, RenewRequest):
+            else:
                 await self._renew(request)
+        if releases:
+            await self._release_leases(releases)
 
     # ----------------------------------------------------------------- reading
 
@@ -560,20 +570,29 @@ class GroupWriter:
         request.head = StoreHead(seq=head.seq, state=head.state)
         request.succeed()
 
-    async def _release_lease(self, request: ReleaseRequest) -> None:
-        """Give the lease of *request*'s session back (its writes are settled). In a shared
-        store its checkpoint is written first, while the lease is still ours: the final
-        checkpoints at close cover only what this process still owns."""
-        if self.backend.lease_ttl is not None:
-            await self._pipeline.write_checkpoints((request.session_id,))
-        try:
-            await self._thread.run(functools.partial(self.backend.release, request.session_id))
-        except self._expected as exc:
-            # A lease left behind just expires.
-            request.fail(StoreError(f"release in {self.backend.where} failed: {exc}"))
+    async def _release_leases(self, releases: Sequence[ReleaseRequest]) -> None:
+        """Give the leases of *releases*' sessions back (their writes are settled), all in one
+        job: a broker that closes many sessions at once releases them in one statement, not
+        one round trip each. In a shared store their checkpoints are written first, while the
+        leases are still ours: the final checkpoints at close cover only what this process
+        still owns. A store with one writer holds no leases: nothing to do."""
+        if self.backend.lease_ttl is None:
+            for request in releases:
+                request.succeed()
             await trio.lowlevel.checkpoint()
             return
-        request.succeed()
+        session_ids = [request.session_id for request in releases]
+        await self._pipeline.write_checkpoints(session_ids)
+        try:
+            await self._thread.run(functools.partial(self.backend.release, session_ids))
+        except self._expected as exc:
+            # A lease left behind just expires.
+            for request in releases:
+                request.fail(StoreError(f"release in {self.backend.where} failed: {exc}"))
+            await trio.lowlevel.checkpoint()
+            return
+        for request in releases:
+            request.succeed()
 
     async def _renew(self, request: RenewRequest) -> None:
         try:

@@ -223,9 +223,9 @@ class PostgresBackend:
 
         return self._leases.claim(conn, session_id, load)
 
-    def release(self, session_id: str) -> None:
-        """Give *session_id*'s lease back."""
-        self._leases.release(self._require_conn(), session_id)
+    def release(self, session_ids: Sequence[str]) -> None:
+        """Give the leases of *session_ids* back, in one statement."""
+        self._leases.release(self._require_conn(), session_ids)
 
     def renew(self) -> dict[str, StoreError]:
         """Renew every lease this process holds; return the sessions found taken over."""
@@ -304,7 +304,7 @@ class PostgresBackend:
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                self._leases.release_all(conn)
+                self._leases.release(conn)
             except psycopg.Error:
                 pass
             finally:

@@ -28,7 +28,7 @@ from .._checkpoint import PROJECTION_FINGERPRINT
 from .._protocol import SessionFencedError, SessionOwnedError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from psycopg import Connection
 
@@ -189,31 +189,15 @@ class Leases:
             "resume it after that, or close it in the process that owns it"
         )
 
-    def release(self, conn: Conn, session_id: str) -> None:
-        """Give *session_id*'s lease back (if this process still holds it): the next claim
-        takes it at once, with the next epoch."""
-        epoch = self.epochs.pop(session_id, None)
-        if epoch is None:
-            return
-        try:
-            conn.execute(
-                sql.SQL(
-                    "UPDATE {t} SET owner = NULL, lease_expires_ms = 0 "
-                    "WHERE id = %s AND owner = %s AND epoch = %s"
-                ).format(t=self._table("sessions")),
-                (session_id, self.owner, epoch),
-            )
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-
-    def release_all(self, conn: Conn) -> None:
-        """Give back every lease this process holds (at close; a failure leaves them to
-        expire)."""
-        ids = list(self.epochs)
+    def release(self, conn: Conn, session_ids: Collection[str] | None = None) -> None:
+        """Give back the leases of *session_ids* this process still holds (None: every lease
+        it holds, at close), in one statement: the next claim of each takes it at once, with
+        the next epoch. A failure leaves them to expire."""
+        held = self.epochs
+        ids = list(held) if session_ids is None else [i for i in session_ids if i in held]
         if not ids:
             return
+        epochs = [self.epochs.pop(i) for i in ids]
         try:
             conn.execute(
                 sql.SQL(
@@ -221,14 +205,12 @@ class Leases:
                     "FROM unnest(%s::text[], %s::int8[]) AS v(id, epoch) "
                     "WHERE t.id = v.id AND t.owner = %s AND t.epoch = v.epoch"
                 ).format(t=self._table("sessions")),
-                (ids, [self.epochs[i] for i in ids], self.owner),
+                (ids, epochs, self.owner),
             )
             conn.commit()
         except BaseException:
             conn.rollback()
             raise
-        finally:
-            self.epochs.clear()
 
     def renew(self, conn: Conn) -> dict[str, SessionFencedError]:
         """Renew every lease this process holds; the sessions found taken over are dropped from

@@ -148,7 +148,7 @@ class SqliteBackend:
         """*known*: every head was loaded, and recovery ran, at open (the lock is the file's)."""
         return known
 
-    def release(self, session_id: str) -> None:
+    def release(self, session_ids: Sequence[str]) -> None:
         """Nothing: the lock is the file's, not the session's."""
 
     def renew(self) -> dict[str, StoreError]:
