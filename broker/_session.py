@@ -88,6 +88,8 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
     _finished: trio.Event | None = attrs.field(default=None, init=False)
     _done: bool = attrs.field(default=False, init=False)
     _actor_started: bool = attrs.field(default=False, init=False)
+    # The actor task while it waits in _park (None once woken or cancelled).
+    _parked: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
     # Answerers scoped to this session's agent, sorted by registration order.
     _answerers: list[AnswererHandle] = attrs.field(factory=list, init=False)
     crash_cause: BaseException | None = attrs.field(default=None, init=False)
@@ -301,7 +303,7 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
 
     # -- the actor ------------------------------------------------------------------------
 
-    async def run_actor(  # noqa: ASYNC910 (the actor task; sleep_forever checkpoints)
+    async def run_actor(  # noqa: ASYNC910 (the actor task; its park is a checkpoint)
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """The actor task: ``await host_nursery.start(session.run_actor)``, once, by the host.
@@ -330,13 +332,24 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
                     nursery.cancel_scope.shield = True
                     self._nursery = nursery
                     task_status.started()
-                    await trio.sleep_forever()
+                    await self._park()
+                    if nursery.child_tasks:  # started after halt() looked: end them too
+                        nursery.cancel_scope.cancel(reason=f"session {self.id} closed")
         except Exception as exc:
             # Containment: a crash of a task in this session's nursery ends this session only;
             # the broker's root nursery never sees it.
             self._crash(exc)
         finally:
             self._finalise()
+
+    async def _park(self) -> None:
+        """Wait until :meth:`halt` wakes the actor (or its nursery is cancelled: a crash)."""
+        self._parked = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._unpark)
+
+    def _unpark(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def _crash(self, exc: BaseException) -> None:
         if self.log.status is Lifecycle.CRASHED:
@@ -415,7 +428,14 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
         """Stop the session's actor now (sync): its nursery is cancelled and the session ends.
         Used by teardown (step 4), by the broker's shutdown, and when the store fences it."""
         if self._nursery is not None:
-            self._nursery.cancel_scope.cancel(reason=reason)
+            parked = self._parked
+            if parked is not None and not self._nursery.child_tasks:
+                # Nothing but the actor to stop: wake it, and it leaves its nursery without a
+                # Cancelled raised and caught (a mass close's cost is mostly that).
+                self._parked = None
+                trio.lowlevel.reschedule(parked)
+            else:
+                self._nursery.cancel_scope.cancel(reason=reason)
         elif not self._actor_started and not self._done:
             self._finalise()
 
