@@ -356,3 +356,41 @@ async def test_a_broker_closing_many_sessions_gives_their_leases_back_in_few_sta
             assert held == [(0,)]
     assert sum(batches) == 200
     assert len(batches) < 50
+
+
+async def test_a_mass_close_after_a_takeover_names_no_session_stuck(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process took over 300 sessions, each in a turn here, while this broker ran
+    (issue 39: many sessions closing at once for another reason): the close ends every one of
+    them at once (each turn's end is refused as fenced, nothing waits on a grace), and no
+    session is reported stuck although the grace is far shorter than the close."""
+    import logging
+
+    caplog.set_level(logging.ERROR, logger="broker.session")
+    with trio.fail_after(60):
+        async with (
+            open_postgres_store(postgres_dsn) as a,
+            open_postgres_store(postgres_dsn) as b,
+        ):
+            async with open_broker(store=a, settle_grace=0.005) as broker:
+                sessions = [await broker.start_session() for _ in range(300)]
+                async with trio.open_nursery() as turns:
+                    for session in sessions:
+                        await turns.start(_hold_a_turn, session)
+                    _sql(postgres_dsn, "UPDATE broker.sessions SET lease_expires_ms = 0")
+                    for session in sessions:
+                        await b.claim(session.id)
+                    await broker.aclose()
+                    turns.cancel_scope.cancel()
+            assert all(not s.is_open for s in sessions)
+            assert {_lease(postgres_dsn, s.id)[0] for s in sessions} == {b.owner}
+    stuck = [r for r in caplog.records if "did not stop within settle_grace" in r.getMessage()]
+    assert stuck == []
+    assert broker.sessions_ended == 300
+
+
+async def _hold_a_turn(session: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async with session.turn():
+        task_status.started()
+        await trio.sleep_forever()
