@@ -377,7 +377,7 @@ async def test_a_mass_close_after_a_takeover_names_no_session_stuck(
                 sessions = [await broker.start_session() for _ in range(300)]
                 async with trio.open_nursery() as turns:
                     for session in sessions:
-                        await turns.start(_hold_a_turn, session)
+                        await turns.start(_hold, session)
                     _sql(postgres_dsn, "UPDATE broker.sessions SET lease_expires_ms = 0")
                     for session in sessions:
                         await b.claim(session.id)
@@ -390,7 +390,7 @@ async def test_a_mass_close_after_a_takeover_names_no_session_stuck(
     assert broker.sessions_ended == 300
 
 
-async def _hold_a_turn(session: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+async def _hold(session: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     async with session.turn():
         task_status.started()
         await trio.sleep_forever()
