@@ -2,7 +2,12 @@
 and reopen time with and without projection checkpoints.
 
     python -m bench.store [--quick] [--sessions 1,16,256,1024] [--asks N]
-                                [--reopen-sessions N] [--reopen-events M]
+                                [--reopen-sessions N] [--reopen-events M] [--hog]
+
+``--hog`` runs one CPU-bound process beside the whole measurement (a developer's laptop or a
+shared CI runner: the broker's two threads get about one core between them), so the durable
+and the in-memory runs share the same conditions; every round's durable ÷ in-memory ratio is
+printed, not only the best run's.
 
 One *ask* is the two audit appends of a question on one session: ``approval/asked``, and once
 that is acknowledged, ``approval/decided``. S sessions do asks back to back, concurrently.
@@ -25,12 +30,14 @@ Ratios are what to read: absolute numbers depend on the disk's fsync latency.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -303,7 +310,28 @@ def _rate(count: int, seconds: float) -> str:
     return f"{count / seconds:>12,.0f}"
 
 
+@contextlib.contextmanager
+def cpu_hog(on: bool) -> Iterator[None]:
+    """One CPU-bound process running while the block does (nothing when *on* is false)."""
+    if not on:
+        yield
+        return
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+
+
 async def main(args: argparse.Namespace) -> int:
+    with cpu_hog(args.hog):
+        if args.hog:
+            print("one CPU-bound process runs beside every measurement (--hog)")
+        return await _main(args)
+
+
+async def _main(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sessions.split(",")]
     print("durable asks/s, synchronous=FULL (an ask = approval/asked then approval/decided,")
     print(f"each acknowledged only after its transaction committed); best of {args.repeat} runs")
@@ -320,6 +348,7 @@ async def main(args: argparse.Namespace) -> int:
             total = per_session * sessions
             best: dict[str, float] = {}
             txns: dict[str, int] = {}
+            rounds: list[float] = []
             for run in range(args.repeat):
                 name = f"{index}-{run}"
                 runs: dict[str, float] = {}
@@ -338,6 +367,7 @@ async def main(args: argparse.Namespace) -> int:
                         directory / f"broker{name}.db", sessions, per_session
                     )
                     runs["memory"], _ = await broker_asks(None, sessions, per_session)
+                    rounds.append(runs["memory"] / runs["broker"])
                     runs["broker raw"] = raw_batched(
                         directory / f"brraw{name}.db",
                         sessions,
@@ -374,6 +404,8 @@ async def main(args: argparse.Namespace) -> int:
                     f"(the broker path on the in-memory store; durable ÷ memory = {ratio:.2f}x)",
                     flush=True,
                 )
+                each = ", ".join(f"{r:.2f}x" for r in rounds)
+                print(f"{'':>8} durable ÷ memory round by round: {each}", flush=True)
         print("(a) raw: prepared rows, inserted only; (a+) raw: rows built in the timed loop;")
         print("each path against raw inserts of its own rows; (b) naive: the store's rows")
         print("targets at 256 sessions: broker ÷ memory >= 0.5x, ÷(b) >= 10x; store ÷(a) >= 0.5x")
@@ -521,6 +553,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--reopen-sessions", type=int, help="sessions in the reopen store")
     parser.add_argument("--reopen-events", type=int, help="events per session in it")
     parser.add_argument("--repeat", type=int, help="runs per measurement; the best is kept")
+    parser.add_argument(
+        "--hog", action="store_true", help="run one CPU-bound process beside the measurement"
+    )
     args = parser.parse_args(argv)
     if args.repeat is None:
         args.repeat = 2 if args.quick else 3
