@@ -732,7 +732,9 @@ class Broker(metaclass=FactoryMade):
 
     async def aclose(self) -> None:
         """Stop opening sessions, close every session (in parallel), close the answer board's
-        connections, then end the nursery.
+        connections, then end the nursery. A quiet session (no question in flight, no turn
+        open) is halted at once and waited for by one task with all the others like it; the
+        rest close one by one (``design/architecture.md``, teardown order).
 
         Cancellation: shielded and bounded by ``settle_grace`` per step; it never raises
         :class:`trio.Cancelled` itself. Invariant: no checkpoint follows the cancel of the root

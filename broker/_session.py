@@ -425,8 +425,9 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def halt(self, reason: str) -> None:
-        """Stop the session's actor now (sync): its nursery is cancelled and the session ends.
-        Used by teardown (step 4), by the broker's shutdown, and when the store fences it."""
+        """Stop the session's actor now (sync): its nursery is cancelled (or, when it holds no
+        task but the actor, the parked actor is woken) and the session ends. Used by teardown
+        (step 4), by the broker's shutdown, and when the store fences it."""
         if self._nursery is not None:
             parked = self._parked
             if parked is not None and not self._nursery.child_tasks:
