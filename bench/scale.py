@@ -114,23 +114,31 @@ async def latency_pair(count: int, asks: int) -> tuple[dict[str, float], dict[st
         sessions = await _open(crowd, count, Progress(f"latency: {count} sessions", count))
         alone = (await _open(one, 1))[0]
         target = sessions[len(sessions) // 2]
-        samples: dict[str, list[int]] = {"crowd": [], "one": []}
-        async with target.turn(), alone.turn():
-            pairs = (
-                ("crowd", crowd, ApprovalRequest(agent=target.agent, tool_name="bash")),
-                ("one", one, ApprovalRequest(agent=alone.agent, tool_name="bash")),
-            )
-            for _, broker, request in pairs:  # warm-up
-                for _ in range(200):
-                    await broker.request(request)
-            block = 100
-            for _ in range(max(1, asks // block)):
-                for name, broker, request in pairs:
-                    for _ in range(block):
-                        start = time.perf_counter_ns()
-                        await broker.request(request)
-                        samples[name].append(time.perf_counter_ns() - start)
+        samples = await _alternate(crowd, target, one, alone, asks, warmup=200, block=100)
     return summary_us(samples["crowd"]), summary_us(samples["one"])
+
+
+async def _alternate(
+    crowd: Broker, target: Session, one: Broker, alone: Session, asks: int, warmup: int, block: int
+) -> dict[str, list[int]]:
+    """Ask latencies (ns) on *target* among the crowd and on *alone*, in alternating blocks of
+    one run (both brokers alive at once), so drift hits both alike."""
+    samples: dict[str, list[int]] = {"crowd": [], "one": []}
+    async with target.turn(), alone.turn():
+        pairs = (
+            ("crowd", crowd, ApprovalRequest(agent=target.agent, tool_name="bash")),
+            ("one", one, ApprovalRequest(agent=alone.agent, tool_name="bash")),
+        )
+        for _, broker, request in pairs:  # warm-up
+            for _ in range(warmup):
+                await broker.request(request)
+        for _ in range(max(1, asks // block)):
+            for name, broker, request in pairs:
+                for _ in range(block):
+                    start = time.perf_counter_ns()
+                    await broker.request(request)
+                    samples[name].append(time.perf_counter_ns() - start)
+    return samples
 
 
 async def measure_async(quick: bool) -> Result:
@@ -216,22 +224,7 @@ async def _open_side_by_side(broker: Broker, count: int) -> Session:
 async def _p50_pair(
     crowd: Broker, target: Session, one: Broker, alone: Session
 ) -> tuple[float, float]:
-    samples: dict[str, list[int]] = {"crowd": [], "one": []}
-    async with target.turn(), alone.turn():
-        pairs = (
-            ("crowd", crowd, ApprovalRequest(agent=target.agent, tool_name="bash")),
-            ("one", one, ApprovalRequest(agent=alone.agent, tool_name="bash")),
-        )
-        for _, broker, request in pairs:  # warm-up
-            for _ in range(50):
-                await broker.request(request)
-        block = 50
-        for _ in range(max(1, MASS_ASKS // block)):
-            for name, broker, request in pairs:
-                for _ in range(block):
-                    start = time.perf_counter_ns()
-                    await broker.request(request)
-                    samples[name].append(time.perf_counter_ns() - start)
+    samples = await _alternate(crowd, target, one, alone, MASS_ASKS, warmup=50, block=50)
     return summary_us(samples["crowd"])["p50"], summary_us(samples["one"])["p50"]
 
 

@@ -160,9 +160,6 @@ class Broker(metaclass=FactoryMade):
     _closing: bool = attrs.field(default=False, init=False)
     #: Sessions ended so far (:attr:`SessionHost.sessions_ended`): the progress of a close.
     sessions_ended: int = attrs.field(default=0, init=False)
-    # The quiet sessions a close waits for (Broker._finish_quiet_closes), and its signal.
-    _quiet_left: set[str] | None = attrs.field(default=None, init=False)
-    _quiet_ended: trio.Event = attrs.field(factory=trio.Event, init=False)
     # The answer board (see the board property), made on first use.
     _board: AnswerBoard | None = attrs.field(default=None, init=False)
     # Ids being resumed (between the open check and registration).
@@ -352,11 +349,6 @@ class Broker(metaclass=FactoryMade):
         """Host interface: the session *session_id* ended; drop it from the registry (sync)."""
         self._sessions.pop(session_id, None)
         self.sessions_ended += 1
-        left = self._quiet_left
-        if left is not None and session_id in left:
-            left.discard(session_id)
-            if not left:
-                self._quiet_ended.set()
 
     def _check_session(self, session: object, parameter: str) -> Session:
         """The open session of this broker that *session* names: a ``Session``, or an
@@ -773,14 +765,15 @@ class Broker(metaclass=FactoryMade):
         :meth:`Session.close_at_once`) to end, naming any that does not (the rule of
         :mod:`broker._closing`), then release them in the store. Cancellation: run shielded by
         :meth:`aclose`; every wait is bounded by ``settle_grace``."""
-        left = {s.id for s in quiet if not s.ended}
-        if left:
-            self._quiet_left, self._quiet_ended = left, trio.Event()
-            try:
-                await wait_ended_or_stuck(self, lambda: not left, self._quiet_ended.wait)
-            finally:
-                self._quiet_left = None
-            for session in quiet:
+        running = [s for s in quiet if not s.ended]
+
+        def all_ended() -> bool:
+            while running and running[-1].ended:  # each session is looked at until it ends
+                running.pop()
+            return not running
+
+        if not await wait_ended_or_stuck(self, all_ended, lambda: running[-1].wait_closed()):
+            for session in running:
                 if not session.ended:
                     log_stuck(session.id)
         ids = iter([s.id for s in quiet])

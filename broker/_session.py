@@ -443,7 +443,7 @@ class Session(PolicyAndGrants, metaclass=FactoryMade):
     def close_at_once(self) -> bool:
         """Begin closing now, when nothing needs waiting for: the session is open, its actor
         runs, no question is in flight and no turn is open, so teardown steps 1-4 come down to
-        marking it closing and cancelling its nursery, done here (sync). Returns whether it
+        marking it closing and halting its actor, done here (sync). Returns whether it
         did; the caller then waits for the actor to end and releases the session in the store,
         as :meth:`aclose` would (the broker does both once for every quiet session)."""
         if (
