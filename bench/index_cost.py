@@ -11,7 +11,9 @@ updates. Two layouts of the same rows:
   index page per session.
 - ``chained``: a rowid table with no index on the session; each row names the previous row of
   its session (``prev_row``), the session its head row: a group appends to the table's last
-  pages only, and a session's rows are read back by following the chain.
+  pages only, and a session's rows are read back by following the chain (schema version 2).
+- ``linked``: the same links kept in a table of their own beside version 1's six columns
+  (rejected: a second table to append to costs more than the column).
 
 Prints CPU and wall time per group for each, alternating, so drift hits both alike. The
 evidence for issue 37's lever "a new SQLite schema version"; nothing here is the store.
@@ -49,6 +51,17 @@ def run(layout: str, path: Path, sessions: int, groups: int) -> tuple[float, flo
             "hash BLOB NOT NULL, PRIMARY KEY (session_id, seq))"
         )
         insert = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)"
+    elif layout == "linked":
+        conn.execute(
+            "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+            "ts_ms INTEGER NOT NULL, line TEXT NOT NULL, prev_hash BLOB NOT NULL, "
+            "hash BLOB NOT NULL)"
+        )
+        conn.execute("CREATE TABLE links (row INTEGER PRIMARY KEY, prev_row INTEGER)")
+        insert = (
+            "INSERT INTO events (rowid, session_id, seq, ts_ms, line, prev_hash, hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
     else:
         conn.execute(
             "CREATE TABLE events (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, "
@@ -75,7 +88,11 @@ def run(layout: str, path: Path, sessions: int, groups: int) -> tuple[float, flo
                     rows.append((row, i, seq[i], 0, LINE, digest, digest, last[i]))
                     last[i] = row
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(insert, rows)
+        if layout == "linked":
+            conn.executemany(insert, [r[:7] for r in rows])
+            conn.executemany("INSERT INTO links VALUES (?, ?)", [(r[0], r[7]) for r in rows])
+        else:
+            conn.executemany(insert, rows)
         conn.executemany(
             "UPDATE sessions SET head_seq = ?, head_hash = ?, head_row = ? WHERE id = ?",
             [(seq[i], digest, last[i], i) for i in ids],
@@ -96,7 +113,7 @@ def main(argv: list[str]) -> int:
     print(f"one group = {args.sessions} sessions x 2 rows, synchronous=FULL; per group:")
     with tempfile.TemporaryDirectory(prefix="bench-index-") as tmp:
         for round_ in range(args.rounds):
-            for layout in ("indexed", "chained"):
+            for layout in ("indexed", "chained", "linked"):
                 path = Path(tmp) / f"{layout}-{round_}.sqlite"
                 cpu_ms, wall_ms = run(layout, path, args.sessions, args.groups)
                 print(f"  {layout:>8}: {cpu_ms:6.2f} ms CPU, {wall_ms:6.2f} ms wall", flush=True)

@@ -166,7 +166,11 @@ def test_verify_detects_a_row_inserted_with_a_valid_looking_chain(good: Path) ->
         prev = conn.execute("SELECT hash FROM events WHERE session_id = 's' AND seq = 5").fetchone()
         line = encode_event(TurnStart(turn=2))
         digest = chain_hash("s", 6, 0, line, prev[0])
-        conn.execute("INSERT INTO events VALUES ('s', 6, 0, ?, ?, ?)", (line, prev[0], digest))
+        conn.execute(
+            "INSERT INTO events (session_id, seq, ts_ms, line, prev_hash, hash) "
+            "VALUES ('s', 6, 0, ?, ?, ?)",
+            (line, prev[0], digest),
+        )
         conn.commit()
     finally:
         conn.close()
@@ -183,6 +187,36 @@ def test_verify_detects_a_truncated_tail(good: Path) -> None:
     message = (
         "session 't' seq 4: rule chain: the log ends at seq 4 but the session's recorded head "
         "is seq 5 with another hash (rows were appended or deleted behind the store's back)"
+    )
+    with pytest.raises(VerifyError, match=_violation(good, message)):
+        verify_store(good)
+
+
+def test_verify_detects_a_changed_link(good: Path) -> None:
+    # Schema version 2 finds a session's rows by walking its links (the writer's reads): a link
+    # pointed elsewhere hides rows from it though every row is intact, so verify checks them.
+    _sql(
+        good,
+        "UPDATE events SET prev_row = (SELECT id FROM events WHERE session_id = 's' AND seq = 2) "
+        "WHERE session_id = 's' AND seq = 4",
+    )
+    message = (
+        "session 's' seq 4: rule chain: the row links to seq 2 of 's', not to seq 3 (a link "
+        "was changed behind the store's back)"
+    )
+    with pytest.raises(VerifyError, match=_violation(good, message)):
+        verify_store(good)
+
+
+def test_verify_detects_a_changed_head_link(good: Path) -> None:
+    _sql(
+        good,
+        "UPDATE sessions SET head_row = (SELECT id FROM events WHERE session_id = 't' AND "
+        "seq = 4) WHERE id = 't'",
+    )
+    message = (
+        "session 't' seq 5: rule chain: the session's head row is not its seq 5 (a link was "
+        "changed behind the store's back)"
     )
     with pytest.raises(VerifyError, match=_violation(good, message)):
         verify_store(good)

@@ -370,7 +370,9 @@ async def test_a_mass_close_after_a_takeover_names_no_session_stuck(
     caplog.set_level(logging.ERROR, logger="broker.session")
     with trio.fail_after(60):
         async with (
-            open_postgres_store(postgres_dsn) as a,
+            # A renews no lease within the test's bound, so none comes back between the
+            # expiry below and B's claims (a renewal there failed it on a loaded machine).
+            open_postgres_store(postgres_dsn, lease_ttl=600) as a,
             open_postgres_store(postgres_dsn) as b,
         ):
             async with open_broker(store=a, settle_grace=2.0) as broker:

@@ -213,6 +213,9 @@ class _Subset:
     def orphan_session_ids(self) -> list[str]:
         return [sid for sid in self.reader.orphan_session_ids() if sid in self.ids]
 
+    def broken_links(self) -> list[tuple[str, int, str]]:
+        return [link for link in self.reader.broken_links() if link[0] in self.ids]
+
     def checkpoints(self) -> list[StoredCheckpoint]:
         return [cp for cp in self.reader.checkpoints() if cp.session_id in self.ids]
 

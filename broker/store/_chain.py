@@ -5,8 +5,8 @@ Each row of a session stores ``prev_hash`` (the ``hash`` of the row before it, o
 form of (session id, seq, wall-clock ms, the exact JSON line, prev_hash). Changing, deleting,
 reordering or inserting a row breaks either that row's hash or the next row's link.
 
-Invariant: the byte form below is part of the on-disk format (schema version 1); changing it
-needs a new schema version.
+Invariant: the byte form below is part of the on-disk format (SQLite schema versions 1 and 2,
+PostgreSQL's 1 and 2: unchanged by either migration); changing it needs a new schema version.
 """
 
 from __future__ import annotations

@@ -374,6 +374,10 @@ def verify_reader(reader: StoreReader, *, allow_pending: bool = False) -> Verify
             raise VerifyError(reader.where, found)
         events += info.head_seq
         pending += still_pending
+    for session_id, seq, detail in reader.broken_links():
+        raise VerifyError(
+            reader.where, Violation(session_id=session_id, seq=seq, rule="chain", detail=detail)
+        )
     for session_id in reader.orphan_session_ids():
         raise VerifyError(
             reader.where,

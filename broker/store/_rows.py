@@ -73,6 +73,12 @@ class StoreReader(Protocol):
         """Session ids that have events but no session record."""
         ...
 
+    def broken_links(self) -> list[tuple[str, int, str]]:
+        """``(session id, seq, what)`` of each row whose link to its session's previous row,
+        and each session whose link to its last row, is not what the store wrote (a store
+        whose rows are linked: SQLite's schema version 2; others have none)."""
+        ...
+
     def checkpoints(self) -> list[StoredCheckpoint]:
         """Every stored checkpoint, by session id."""
         ...

@@ -95,6 +95,10 @@ class PostgresReader:
         )
         return [str(session_id) for (session_id,) in rows]
 
+    def broken_links(self) -> list[tuple[str, int, str]]:
+        """None: PostgreSQL's rows are found by their (session_id, seq) key, not linked."""
+        return []
+
     def checkpoints(self) -> list[StoredCheckpoint]:
         """Every stored checkpoint, by session id."""
         rows = self._conn.execute(

@@ -24,7 +24,7 @@ import attrs
 from .._backend import ConnectionLost
 from .._protocol import SessionRecord, StoreError, StoreOpenError
 from ._group import group_parameters, install_group_write, nul_free
-from ._jobs import read_sessions, reread_heads, write_group
+from ._jobs import next_row_id, read_sessions, reread_heads, write_group
 from ._load import load_heads, pending_in_log_order
 from ._lock import WriterLock
 from ._schema import Synchronous, check_writer_path, connect_writer, read_synchronous, weaker_than
@@ -55,6 +55,9 @@ class SqliteBackend:
     _one_statement: bool = attrs.field(default=False, init=False)
     # PRAGMA synchronous as the connection reported it at open, on the worker thread.
     _reported: str | None = attrs.field(default=None, init=False)
+    # The id the next event row gets (the writer assigns them: it holds the file's lock);
+    # None: read it from the file first (at open, and after any failed write).
+    _next_id: int | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._lock = WriterLock(self.path)
@@ -137,11 +140,17 @@ class SqliteBackend:
         makes this process the owner of every session: none is ever fenced."""
         conn = self._require_conn()
         parameters = prepared if isinstance(prepared, tuple) else None
+        base = self._next_id
+        if base is None:
+            base = next_row_id(conn)
+        # Unknown until it is read again, should this write fail (its COMMIT may have landed).
+        self._next_id = None
         try:
-            write_group(conn, plan, parameters)
+            write_group(conn, plan, parameters, base)
         except ConnectionLost:
             self._conn = None  # write_group closed it
             raise
+        self._next_id = base + len(plan.rows)
         return _NONE_FENCED
 
     def claim(self, session_id: str, known: SessionHead | None) -> SessionHead | None:

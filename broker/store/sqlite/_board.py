@@ -6,10 +6,9 @@ Synopsis::
     await board.answer(question_id, Outcome.REJECTED, by="alice")
 
 Two tables beside the event log, created by the store's writer when it opens the file
-(:data:`._schema.BOARD_DDL`; a store file of schema version 1 stays readable by an older
-broker): ``board_questions`` (each question put up, as JSON) and ``board_answers`` (the first
-answer of each). An
-answer is taken inside ``BEGIN IMMEDIATE``: two processes answering at once serialize on the
+(:data:`._schema.BOARD_DDL`; a store file made before the board gains them without a new
+schema version): ``board_questions`` (each question put up, as JSON) and ``board_answers``
+(the first answer of each). An answer is taken inside ``BEGIN IMMEDIATE``: two processes answering at once serialize on the
 file's write lock, and the second sees the first and is refused naming it.
 
 The session log is the only record of how a question settled: a question is settled once its
@@ -56,7 +55,8 @@ from ..board import (
     settled_from_log,
     token_hash,
 )
-from ._schema import PEOPLE_DDL, connect_reader
+from ._schema import PEOPLE_DDL, connect_reader, schema_version
+from ._walk import DECIDED_SINCE_SQL
 
 __all__ = ["SqliteBoard"]
 
@@ -64,10 +64,11 @@ T = TypeVar("T")
 
 register_wire_type(PendingQuestion)
 
-#: The log's decision of a question, by id (the log is authoritative over the board).
+#: The log's decision of a question, by id (the log is authoritative over the board), in a
+#: file of schema version 1 (a reader does not migrate it; ._walk's DECIDED_SINCE_SQL for 2).
 #: Only the session's events written since the question was put up (a minute of clock slack;
 #: the asking process writes both stamps, with one clock) that contain the id are parsed.
-_DECIDED_IN_SESSION = (
+_DECIDED_IN_SESSION_V1 = (
     "SELECT json_extract(line, '$.data.outcome') FROM events WHERE session_id = ?1 "
     "AND ts_ms >= ?2 - 60000 AND instr(line, ?3) > 0 "
     "AND json_extract(line, '$.type') = 'approval/decided' "
@@ -81,6 +82,15 @@ _DECIDED_ANYWHERE = (
 )
 #: How many ids one poll asks about (SQLite's default limit on parameters is 32766).
 _POLL_CHUNK = 500
+
+
+def _decided_in_session(
+    conn: sqlite3.Connection, session_id: str, asked_ms: int, question_id: str
+) -> tuple[str] | None:
+    """The outcome the log decided *question_id* with, asked in *session_id* at *asked_ms*."""
+    query = DECIDED_SINCE_SQL if schema_version(conn) >= 2 else _DECIDED_IN_SESSION_V1
+    row: tuple[str] | None = conn.execute(query, (session_id, asked_ms, question_id)).fetchone()
+    return row
 
 
 def _has_board(conn: sqlite3.Connection) -> bool:
@@ -143,9 +153,7 @@ def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None
         # Pruned once decided, or decided without being put up here: settled, from the log.
         return settled_from_log(question_id, *decided)
     question = _question_from(row[0])
-    decided = conn.execute(
-        _DECIDED_IN_SESSION, (question.session_id, question.asked_at_ms, question_id)
-    ).fetchone()
+    decided = _decided_in_session(conn, question.session_id, question.asked_at_ms, question_id)
     answer_row = conn.execute(
         "SELECT question_id, outcome, answered_by, answered_ms, always, always_how, message "
         "FROM board_answers WHERE question_id = ?",
@@ -454,9 +462,9 @@ class SqliteBoard:
             found, settled = [], []
             for (text,) in conn.execute(query + " ORDER BY asked_ms, id", parameters).fetchall():
                 question = _question_from(text)
-                decided = conn.execute(
-                    _DECIDED_IN_SESSION, (question.session_id, question.asked_at_ms, question.id)
-                ).fetchone()
+                decided = _decided_in_session(
+                    conn, question.session_id, question.asked_at_ms, question.id
+                )
                 if decided is None:
                     found.append(question)
                 else:

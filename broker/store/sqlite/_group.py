@@ -38,9 +38,10 @@ AUTO_CREATE_SQL = (
     "ON CONFLICT (id) DO NOTHING"
 )
 INSERT_SQL = (
-    "INSERT INTO events (session_id, seq, ts_ms, line, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (id, session_id, seq, ts_ms, line, prev_hash, hash, prev_row) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-HEAD_SQL = "UPDATE sessions SET head_seq = ?, head_hash = ? WHERE id = ?"
+HEAD_SQL = "UPDATE sessions SET head_seq = ?, head_hash = ?, head_row = ? WHERE id = ?"
 CHECKPOINT_SQL = (
     "INSERT INTO checkpoints (session_id, seq, state, projection) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
@@ -54,12 +55,16 @@ CHECKPOINT_SQL = (
 # thread stages the next group in parallel. In autocommit mode the statement is its own
 # transaction (all or nothing, fsynced at its end with synchronous=FULL). Nothing of this is
 # stored in the file. Arrays (NULL when empty):
-#   creates [[id, parent_id], ...]   auto_creates [id, ...]   rows [[session_id, seq, line], ...]
-#   heads [[session_id, seq, index of its row], ...]   checkpoints [[id, seq, state, fp], ...]
+#   creates [[id, parent_id], ...]   auto_creates [id, ...]
+#   checkpoints [[id, seq, state, fp], ...]
+#   rows [[session_id, seq, line, index of the session's previous row in rows or -1], ...]
+#   heads [[session_id, seq, index of its row], ...]
+# The row at index i gets the id base + i (base: the writer's next id, added on its thread);
+# a session's first row in the group links to the session's head row before the group.
 _GROUP_DDL = (
     "PRAGMA temp_store = MEMORY",
     "CREATE TEMP VIEW group_write (creates, auto_creates, rows, prev_hashes, hashes, heads, "
-    "checkpoints, ts_ms) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+    "checkpoints, ts_ms, base) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
     """CREATE TEMP TRIGGER group_write_rows INSTEAD OF INSERT ON group_write BEGIN
         INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash)
             SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), NEW.ts_ms, 0,
@@ -69,13 +74,18 @@ _GROUP_DDL = (
         INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash)
             SELECT value, NULL, NEW.ts_ms, 0, zeroblob(32) FROM json_each(NEW.auto_creates)
             WHERE true ON CONFLICT (id) DO NOTHING;
-        INSERT INTO events (session_id, seq, ts_ms, line, prev_hash, hash)
-            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), NEW.ts_ms,
-                json_extract(value, '$[2]'), substr(NEW.prev_hashes, key * 32 + 1, 32),
-                substr(NEW.hashes, key * 32 + 1, 32)
+        INSERT INTO events (id, session_id, seq, ts_ms, line, prev_hash, hash, prev_row)
+            SELECT NEW.base + key, json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+                NEW.ts_ms, json_extract(value, '$[2]'),
+                substr(NEW.prev_hashes, key * 32 + 1, 32), substr(NEW.hashes, key * 32 + 1, 32),
+                CASE WHEN json_extract(value, '$[3]') >= 0
+                    THEN NEW.base + json_extract(value, '$[3]')
+                    ELSE (SELECT head_row FROM sessions WHERE id = json_extract(value, '$[0]'))
+                END
             FROM json_each(NEW.rows);
         UPDATE sessions SET head_seq = json_extract(value, '$[1]'),
-                head_hash = substr(NEW.hashes, json_extract(value, '$[2]') * 32 + 1, 32)
+                head_hash = substr(NEW.hashes, json_extract(value, '$[2]') * 32 + 1, 32),
+                head_row = NEW.base + json_extract(value, '$[2]')
             FROM json_each(NEW.heads) WHERE sessions.id = json_extract(value, '$[0]');
         INSERT INTO checkpoints (session_id, seq, state, projection)
             SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
@@ -85,7 +95,7 @@ _GROUP_DDL = (
                 projection = excluded.projection;
     END""",
 )
-GROUP_SQL = "INSERT INTO temp.group_write VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+GROUP_SQL = "INSERT INTO temp.group_write VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 def _json_array(items: list[Any]) -> str | None:
@@ -116,7 +126,7 @@ def install_group_write(conn: sqlite3.Connection) -> bool:
         # Prepare and run it once (it writes nothing) to find a missing function now.
         conn.execute("BEGIN")
         try:
-            conn.execute(GROUP_SQL, (None, None, None, b"", b"", None, None, 0))
+            conn.execute(GROUP_SQL, (None, None, None, b"", b"", None, None, 0, 1))
         finally:
             conn.execute("ROLLBACK")
     except sqlite3.Error:
@@ -125,8 +135,9 @@ def install_group_write(conn: sqlite3.Connection) -> bool:
 
 
 def group_parameters(plan: Plan) -> tuple[object, ...] | None:
-    """The parameters of :data:`GROUP_SQL` for *plan* (made on the trio thread), or None if the
-    id of a session with rows holds a NUL (then it is written statement by statement).
+    """The parameters of :data:`GROUP_SQL` for *plan* but the last (the group's first id, which
+    the writer adds on its thread), made on the trio thread; None if the id of a session with
+    rows holds a NUL (then it is written statement by statement).
 
     The rows' JSON is assembled from :func:`json.encoder.encode_basestring` (the C escaper
     ``json.dumps`` itself uses) — the same text as ``json.dumps`` of the nested lists, without
@@ -136,14 +147,15 @@ def group_parameters(plan: Plan) -> tuple[object, ...] | None:
     index: dict[str, int] = {}  # the last row of each session
     parts: list[str] = []
     add = parts.append
+    last = index.get
     for position, (session_id, seq, _, line, _, _) in enumerate(rows):
         sid = escaped.get(session_id)
         if sid is None:
             if "\x00" in session_id:
                 return None
             sid = escaped[session_id] = _escape(session_id)
+        add(f"[{sid},{seq},{_escape(line)},{last(session_id, -1)}]")
         index[session_id] = position
-        add(f"[{sid},{seq},{_escape(line)}]")
     heads = plan.heads
     return (
         _json_array([[session_id, parent_id] for session_id, parent_id, _, _ in plan.creates]),

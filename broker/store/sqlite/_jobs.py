@@ -24,6 +24,7 @@ from ._group import (
     INSERT_SQL,
 )
 from ._load import load_session
+from ._walk import LINES_SQL
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,25 +33,32 @@ if TYPE_CHECKING:
     from .._heads import SessionHead
     from .._plan import Plan
 
-__all__ = ["read_sessions", "reread_heads", "write_group"]
+__all__ = ["next_row_id", "read_sessions", "reread_heads", "write_group"]
+
+
+def next_row_id(conn: sqlite3.Connection) -> int:
+    """The id the next event row gets: one past the largest (the writer assigns them)."""
+    (next_id,) = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM events").fetchone()
+    return int(next_id)
 
 
 def write_group(
-    conn: sqlite3.Connection, plan: Plan, parameters: tuple[object, ...] | None
+    conn: sqlite3.Connection, plan: Plan, parameters: tuple[object, ...] | None, base: int
 ) -> None:
-    """Write *plan* as ONE transaction: as the one statement of *parameters* when given
-    (:func:`broker.store.sqlite._group.group_parameters`), else statement by statement. Any
-    error rolls it back; a failed rollback closes *conn* and raises :class:`ConnectionLost`."""
+    """Write *plan* as ONE transaction, its rows taking the ids from *base* on: as the one
+    statement of *parameters* when given (:func:`broker.store.sqlite._group.group_parameters`),
+    else statement by statement. Any error rolls it back; a failed rollback closes *conn* and
+    raises :class:`ConnectionLost`."""
     if parameters is not None and plan.fault is None:
         # Autocommit: the statement is the transaction; SQLite rolls it back if it fails.
-        conn.execute(GROUP_SQL, parameters)
+        conn.execute(GROUP_SQL, (*parameters, base))
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
         if parameters is not None:
-            conn.execute(GROUP_SQL, parameters)
+            conn.execute(GROUP_SQL, (*parameters, base))
         else:
-            _write_statements(conn, plan)
+            _write_statements(conn, plan, base)
         if plan.fault is not None and not plan.fault_landed:
             raise plan.fault
         conn.execute("COMMIT")
@@ -61,16 +69,30 @@ def write_group(
         raise
 
 
-def _write_statements(conn: sqlite3.Connection, plan: Plan) -> None:
+def _write_statements(conn: sqlite3.Connection, plan: Plan, base: int) -> None:
     """The group statement by statement (an SQLite without JSON functions, or NUL in an id)."""
     if plan.creates:
         conn.executemany(CREATE_SQL, plan.creates)
     if plan.auto_creates:
         conn.executemany(AUTO_CREATE_SQL, plan.auto_creates)
-    if plan.rows:
-        conn.executemany(INSERT_SQL, plan.rows)
+    last: dict[str, int | None] = {}  # each session's last row, in this group or before it
+    rows = []
+    for row_id, (session_id, seq, ts_ms, line, prev_hash, digest) in enumerate(plan.rows, base):
+        if session_id in last:
+            prev_row = last[session_id]
+        else:
+            found = conn.execute(
+                "SELECT head_row FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            prev_row = None if found is None else found[0]
+        rows.append((row_id, session_id, seq, ts_ms, line, prev_hash, digest, prev_row))
+        last[session_id] = row_id
+    if rows:
+        conn.executemany(INSERT_SQL, rows)
     if plan.heads:
-        conn.executemany(HEAD_SQL, plan.heads)
+        conn.executemany(
+            HEAD_SQL, [(seq, digest, last[sid], sid) for seq, digest, sid in plan.heads]
+        )
     if plan.checkpoints:
         conn.executemany(CHECKPOINT_SQL, plan.checkpoints)
 
@@ -127,9 +149,7 @@ def read_sessions(
     results: list[list[Event] | StoreError] = []
     for session_id in session_ids:
         events: list[Event] = []
-        rows = conn.execute(
-            "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
-        )
+        rows = conn.execute(LINES_SQL, (session_id,))
         try:
             for seq, line in rows:
                 try:

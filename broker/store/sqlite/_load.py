@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .._checkpoint import PROJECTION_FINGERPRINT
 from .._heads import SessionHead, fold_session, order_pending
 from .._protocol import StoreOpenError
+from ._walk import ASKED_IDS_SQL, TAIL_SQL
 
 if TYPE_CHECKING:
     import sqlite3
@@ -25,8 +26,14 @@ def _damaged(path: str, session_id: str, what: str) -> StoreOpenError:
 
 
 def _tail(
-    conn: sqlite3.Connection, session_id: str, after: int
+    conn: sqlite3.Connection, session_id: str, head_seq: int, after: int
 ) -> Iterable[tuple[int, str, bytes]]:
+    """The rows after *after*, by the session's chain; should the chain not hold exactly the
+    seqs up to *head_seq* (a file damaged behind the store's back), every row of the session
+    by a scan, so the damage is reported where it is, not where the chain broke."""
+    rows: list[tuple[int, str, bytes]] = conn.execute(TAIL_SQL, (session_id, after)).fetchall()
+    if [seq for seq, _, _ in rows] == list(range(after + 1, head_seq + 1)):
+        return rows
     return conn.execute(
         "SELECT seq, line, hash FROM events WHERE session_id = ? AND seq > ? ORDER BY seq",
         (session_id, after),
@@ -48,7 +55,7 @@ def load_session(
         head_seq,
         head_hash,
         checkpoint,
-        functools.partial(_tail, conn, session_id),
+        functools.partial(_tail, conn, session_id, head_seq),
         functools.partial(_damaged, path),
     )
 
@@ -78,9 +85,5 @@ def pending_in_log_order(
     conn: sqlite3.Connection, session_id: str, pending: frozenset[str]
 ) -> list[str]:
     """*pending* ask ids ordered by the seq of their ``approval/asked`` (unknown ones last)."""
-    rows = conn.execute(
-        "SELECT json_extract(line, '$.data.id') FROM events WHERE session_id = ? "
-        "AND json_extract(line, '$.type') = 'approval/asked' ORDER BY seq",
-        (session_id,),
-    )
+    rows = conn.execute(ASKED_IDS_SQL, (session_id,))
     return order_pending((ask_id for (ask_id,) in rows), pending)

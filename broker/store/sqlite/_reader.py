@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._rows import EventRow, SessionInfo, StoredCheckpoint
-from ._schema import connect_reader
+from ._schema import connect_reader, schema_version
 
 if TYPE_CHECKING:
     import sqlite3
@@ -37,6 +37,9 @@ class SqliteReader:
     path: str
     _conn: sqlite3.Connection
     _closed: bool = attrs.field(default=False, init=False)
+    # How rows() finds a session's rows: version 1's (session_id, seq) key, or the index
+    # _session_index builds (version 2); read inside the snapshot, on first use.
+    _rows_sql: str | None = attrs.field(default=None, init=False)
 
     @property
     def where(self) -> str:
@@ -76,12 +79,12 @@ class SqliteReader:
         )
 
     def rows(self, session_id: str) -> Iterator[EventRow]:
-        """*session_id*'s rows in seq order (streamed, not loaded at once)."""
-        cursor = self._conn.execute(
-            "SELECT seq, ts_ms, line, prev_hash, hash FROM events WHERE session_id = ? "
-            "ORDER BY seq",
-            (session_id,),
-        )
+        """*session_id*'s rows in seq order (streamed, not loaded at once): every row the file
+        holds for it, whether or not its session's chain links it (so ``broker log verify``
+        sees a row inserted or renumbered behind the store's back)."""
+        if self._rows_sql is None:
+            self._rows_sql = self._session_index()
+        cursor = self._conn.execute(self._rows_sql, (session_id,))
         for seq, ts_ms, line, prev_hash, digest in cursor:
             yield EventRow(
                 session_id=session_id,
@@ -92,6 +95,24 @@ class SqliteReader:
                 hash=digest,
             )
 
+    def _session_index(self) -> str:
+        """The query of rows(): version 1 has a (session_id, seq) key; version 2 has none (its
+        writer walks chains, ._walk), so the first call indexes the snapshot's rows by session
+        in a connection-local table, O(events log events) once, for every later call."""
+        if schema_version(self._conn) == 1:
+            return (
+                "SELECT seq, ts_ms, line, prev_hash, hash FROM events WHERE session_id = ? "
+                "ORDER BY seq"
+            )
+        self._conn.execute(
+            "CREATE TEMP TABLE by_session AS SELECT session_id, seq, id FROM main.events"
+        )
+        self._conn.execute("CREATE INDEX temp.by_session_key ON by_session (session_id, seq)")
+        return (
+            "SELECT e.seq, e.ts_ms, e.line, e.prev_hash, e.hash FROM temp.by_session AS k "
+            "JOIN main.events AS e ON e.id = k.id WHERE k.session_id = ? ORDER BY k.seq"
+        )
+
     def orphan_session_ids(self) -> list[str]:
         """Session ids that have events but no sessions row (rows inserted behind our back)."""
         rows = self._conn.execute(
@@ -99,6 +120,39 @@ class SqliteReader:
             "WHERE session_id NOT IN (SELECT id FROM sessions) ORDER BY session_id"
         )
         return [session_id for (session_id,) in rows]
+
+    def broken_links(self) -> list[tuple[str, int, str]]:
+        """Rows of schema version 2 that do not link to their session's previous row (seq 1 to
+        none), and sessions whose head row is not their last: what the writer's walks
+        (._walk) would stop at. One pass over the file; none in version 1 (no links)."""
+        if schema_version(self._conn) == 1:
+            return []
+        rows = self._conn.execute(
+            "SELECT e.session_id, e.seq, p.session_id, p.seq FROM events AS e "
+            "LEFT JOIN events AS p ON p.id = e.prev_row AND e.prev_row < e.id "
+            "WHERE NOT coalesce((e.seq = 1 AND e.prev_row IS NULL) OR (p.session_id = "
+            "e.session_id AND p.seq = e.seq - 1), false) ORDER BY e.session_id, e.seq"
+        ).fetchall()
+        broken = [
+            (session_id, seq, _link_problem(seq, linked_id, linked_seq))
+            for session_id, seq, linked_id, linked_seq in rows
+        ]
+        heads = self._conn.execute(
+            "SELECT s.id, s.head_seq, h.session_id, h.seq FROM sessions AS s "
+            "LEFT JOIN events AS h ON h.id = s.head_row "
+            "WHERE NOT coalesce((s.head_seq = 0 AND s.head_row IS NULL) OR (h.session_id = s.id "
+            "AND h.seq = s.head_seq), false) ORDER BY s.rowid"
+        ).fetchall()
+        broken.extend(
+            (
+                session_id,
+                head_seq,
+                f"the session's head row is not its seq {head_seq} (a link was changed behind "
+                "the store's back)",
+            )
+            for session_id, head_seq, _, _ in heads
+        )
+        return broken
 
     def checkpoint(self, session_id: str) -> StoredCheckpoint | None:
         """*session_id*'s stored checkpoint, or None."""
@@ -127,6 +181,12 @@ class SqliteReader:
         if self._conn.in_transaction:
             self._conn.execute("COMMIT")
         self._conn.close()
+
+
+def _link_problem(seq: int, linked_id: str | None, linked_seq: int | None) -> str:
+    found = "no earlier row" if linked_seq is None else f"seq {linked_seq} of {linked_id!r}"
+    wanted = f"seq {seq - 1}" if seq > 1 else "no row"
+    return f"the row links to {found}, not to {wanted} (a link was changed behind the store's back)"
 
 
 @contextmanager

@@ -9,9 +9,11 @@ Only an empty file or an empty SQLite database is initialised.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import struct
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Literal
@@ -23,6 +25,7 @@ __all__ = [
     "APPLICATION_ID",
     "BOARD_DDL",
     "PEOPLE_DDL",
+    "READABLE_VERSIONS",
     "SCHEMA_VERSION",
     "WAL_AUTOCHECKPOINT_PAGES",
     "Synchronous",
@@ -31,47 +34,76 @@ __all__ = [
     "connect_writer",
     "lock_path_for",
     "read_synchronous",
+    "schema_version",
     "weaker_than",
 ]
 
 APPLICATION_ID = 0x42524B52  # "BRKR"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The versions a reader reads as they are (a writer migrates an older one first).
+READABLE_VERSIONS = (1, 2)
 Synchronous = Literal["FULL", "NORMAL"]
 #: ``PRAGMA synchronous``'s levels as SQLite numbers them, weakest first.
 _SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+log = logging.getLogger("broker.store")
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
 _U32 = struct.Struct(">I")
 _TABLES = ("sessions", "events", "checkpoints")
 
-# Invariant: the DDL and the chain byte form (broker.store._chain) are schema version 1.
-# events is a rowid table on purpose: rows arrive interleaved across sessions, and appending
-# to a rowid table plus a small (session_id, seq) index is ~3x cheaper per row than inserting
-# ~250-byte rows into the middle of a WITHOUT ROWID b-tree keyed by session.
-_DDL = (
-    """CREATE TABLE sessions (
-        id TEXT PRIMARY KEY NOT NULL,
-        parent_id TEXT,
-        created_ms INTEGER NOT NULL,
-        head_seq INTEGER NOT NULL,
-        head_hash BLOB NOT NULL
-    )""",
-    """CREATE TABLE events (
+# Invariant: the DDL and the chain byte form (broker.store._chain) are schema version 2.
+# events is a rowid table with NO index on the session: rows arrive interleaved across sessions,
+# and an index keyed by session dirtied one page per session per commit group (its tail), most
+# of the writer's cost (bench.index_cost). Each row instead names its session's previous row
+# (prev_row, NULL for seq 1; always a smaller id) and the session its last (head_row), so a
+# group only appends to the table's last pages, and a session is read back by walking its
+# chain from the head (._walk). ids are assigned by the writer, which holds the file's lock.
+_EVENTS_DDL = """CREATE TABLE events (
         session_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         ts_ms INTEGER NOT NULL,
         line TEXT NOT NULL,
         prev_hash BLOB NOT NULL,
         hash BLOB NOT NULL,
-        PRIMARY KEY (session_id, seq)
+        prev_row INTEGER,
+        id INTEGER PRIMARY KEY
+    )"""
+_DDL = (
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY NOT NULL,
+        parent_id TEXT,
+        created_ms INTEGER NOT NULL,
+        head_seq INTEGER NOT NULL,
+        head_hash BLOB NOT NULL,
+        head_row INTEGER
     )""",
+    _EVENTS_DDL,
     """CREATE TABLE checkpoints (
         session_id TEXT PRIMARY KEY NOT NULL,
         seq INTEGER NOT NULL,
         state TEXT NOT NULL,
         projection TEXT NOT NULL
     ) WITHOUT ROWID""",
+)
+
+#: Version 1 to 2, as ONE transaction (all of it or none of it lands, a crash included): the
+#: events are copied into the version-2 table in their order (ids are version 1's rowids, so
+#: the order rows were appended in is kept), each naming its session's previous row; each
+#: session's head row is found through version 1's (session_id, seq) key before it is dropped.
+_MIGRATE_1_TO_2 = (
+    _EVENTS_DDL.replace("CREATE TABLE events", "CREATE TABLE events_v2"),
+    """INSERT INTO events_v2 (id, session_id, seq, ts_ms, line, prev_hash, hash, prev_row)
+        SELECT rowid, session_id, seq, ts_ms, line, prev_hash, hash,
+            lag(rowid) OVER (PARTITION BY session_id ORDER BY seq)
+        FROM events ORDER BY rowid""",
+    "ALTER TABLE sessions ADD COLUMN head_row INTEGER",
+    """UPDATE sessions SET head_row = (
+        SELECT rowid FROM events WHERE session_id = sessions.id AND seq = sessions.head_seq)""",
+    "DROP TABLE events",
+    "ALTER TABLE events_v2 RENAME TO events",
+    "PRAGMA user_version = 2",
 )
 
 
@@ -85,8 +117,8 @@ PEOPLE_DDL = """CREATE TABLE IF NOT EXISTS board_people (
     )"""
 
 #: The answer board's tables (:mod:`._board`), beside the log in the same file. Created by the
-#: writer when it opens the file (``IF NOT EXISTS``: a version-1 file gains them and stays
-#: readable by an older broker), so no other process changes the schema under a running writer.
+#: writer when it opens the file (``IF NOT EXISTS``: a file made before the board gains them
+#: without a new schema version), so no other process changes the schema under a running writer.
 BOARD_DDL = (
     """CREATE TABLE IF NOT EXISTS board_questions (
         id TEXT PRIMARY KEY NOT NULL,
@@ -173,13 +205,14 @@ def _check_header(path: str) -> bool:
     return False
 
 
-def _classify(conn: sqlite3.Connection, path: str) -> bool:
-    """Check an open connection's pragmas and tables; True iff it is an empty database."""
+def _classify(conn: sqlite3.Connection, path: str) -> int:
+    """Check an open connection's pragmas and tables: the schema version, 0 for an empty
+    database."""
     (application_id,) = conn.execute("PRAGMA application_id").fetchone()
     (user_version,) = conn.execute("PRAGMA user_version").fetchone()
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_schema")}
     if application_id == 0 and user_version == 0 and not names:
-        return True
+        return 0
     if application_id != APPLICATION_ID:
         raise _not_a_store(
             path,
@@ -188,10 +221,11 @@ def _classify(conn: sqlite3.Connection, path: str) -> bool:
         )
     if user_version > SCHEMA_VERSION:
         raise _newer(path, user_version)
-    if user_version != SCHEMA_VERSION:
+    if user_version not in READABLE_VERSIONS:
         raise StoreOpenError(
             f"store file '{path}' has unsupported schema version {user_version} (this broker "
-            f"reads version {SCHEMA_VERSION}): restore it from a backup"
+            f"reads versions {READABLE_VERSIONS[0]} to {SCHEMA_VERSION}): restore it from a "
+            "backup"
         )
     missing = [name for name in _TABLES if name not in names]
     if missing:
@@ -199,7 +233,38 @@ def _classify(conn: sqlite3.Connection, path: str) -> bool:
             f"store file '{path}' is damaged: table '{missing[0]}' is missing; "
             "restore it from a backup"
         )
-    return False
+    return int(user_version)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The schema version of the store *conn* reads (one of :data:`READABLE_VERSIONS`), as of
+    the connection's current snapshot. Blocking."""
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    return int(version)
+
+
+def _migrate(conn: sqlite3.Connection, path: str, version: int) -> None:
+    """Bring a version-1 file to :data:`SCHEMA_VERSION` in one transaction (nothing when it is
+    there already). A failure rolls all of it back: the file stays version 1."""
+    if version == SCHEMA_VERSION:
+        return
+    started = time.monotonic()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _MIGRATE_1_TO_2:
+            conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    log.info(
+        "store file '%s' migrated from schema version %d to %d in %.1f s",
+        path,
+        version,
+        SCHEMA_VERSION,
+        time.monotonic() - started,
+    )
 
 
 def _sqlite_failure(path: str, exc: sqlite3.Error) -> StoreOpenError:
@@ -265,13 +330,16 @@ def connect_writer(path: str, synchronous: Synchronous) -> sqlite3.Connection:
         raise _sqlite_failure(path, exc) from exc
     try:
         # Invariant: nothing below writes until _classify accepted the file.
-        if _classify(conn, path):
+        version = _classify(conn, path)
+        if version == 0:
             conn.execute("BEGIN IMMEDIATE")
             for statement in _DDL:
                 conn.execute(statement)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
+        else:
+            _migrate(conn, path, version)
         conn.execute("BEGIN IMMEDIATE")
         for statement in BOARD_DDL:
             conn.execute(statement)
@@ -345,7 +413,7 @@ def connect_reader(path: str) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise _sqlite_failure(path, exc) from exc
     try:
-        if _classify(conn, path):
+        if _classify(conn, path) == 0:
             raise _not_a_store(path, "it is an empty SQLite database")
     except sqlite3.Error as exc:
         conn.close()

@@ -1,0 +1,60 @@
+"""How a session's rows are found in a store file of schema version 2: by walking its chain.
+
+Version 2 has no index on the session (:mod:`._schema`): a session's last row is
+``sessions.head_row``, and every row names the one before it (``prev_row``). A walk starts at
+the head and follows ``prev_row`` back, one primary-key lookup per row, while the rows still
+belong to the session, the ids go down (so a damaged link ends the walk instead of looping)
+and the row is still wanted; the rows found come back in seq order. A link that was broken
+behind the store's back ends the walk early, and what reads the rows (a fold, ``broker log
+verify``) reports the seqs that are missing.
+
+The writer's own reads (the tails folded at open, a session loaded for ``session/load``, the
+asks still pending) use these walks; read-only tools that must see every row a file holds,
+linked or not, use :mod:`._reader`'s session index instead.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ASKED_IDS_SQL", "DECIDED_SINCE_SQL", "LINES_SQL", "TAIL_SQL"]
+
+
+def _walk(columns: str, *, keep_walking: str, wanted: str) -> str:
+    """A walk of session ``?1`` from its head, going on past a row while *keep_walking* holds
+    for it (``e`` is the row), returning *columns* of the rows where *wanted* holds, in seq
+    order."""
+    return (
+        "WITH RECURSIVE walk(row) AS ("
+        "SELECT head_row FROM sessions WHERE id = ?1 "
+        "UNION ALL "
+        "SELECT e.prev_row FROM walk JOIN events AS e ON e.id = walk.row "
+        f"WHERE e.prev_row < e.id AND e.session_id = ?1 AND {keep_walking}) "
+        f"SELECT {columns} FROM walk JOIN events AS e ON e.id = walk.row "
+        f"WHERE e.session_id = ?1 AND {wanted} ORDER BY e.seq"
+    )
+
+
+#: ``(seq, line, hash)`` of session ``?1``'s rows after seq ``?2`` (the tail a fold reads).
+TAIL_SQL = _walk("e.seq, e.line, e.hash", keep_walking="e.seq > ?2 + 1", wanted="e.seq > ?2")
+
+#: ``(seq, line)`` of every row of session ``?1``.
+LINES_SQL = _walk("e.seq, e.line", keep_walking="true", wanted="true")
+
+#: The ids of session ``?1``'s ``approval/asked`` rows, in seq order.
+ASKED_IDS_SQL = _walk(
+    "json_extract(e.line, '$.data.id')",
+    keep_walking="true",
+    wanted="json_extract(e.line, '$.type') = 'approval/asked'",
+)
+
+#: The outcome of question ``?3`` if session ``?1`` decided it in a row stamped no earlier than
+#: a minute before ``?2`` (the walk stops at the first older row; the asking process writes both
+#: stamps, with one clock). Only rows that contain the id are parsed.
+DECIDED_SINCE_SQL = _walk(
+    "json_extract(e.line, '$.data.outcome')",
+    keep_walking="e.ts_ms >= ?2 - 60000",
+    wanted=(
+        "e.ts_ms >= ?2 - 60000 AND instr(e.line, ?3) > 0 "
+        "AND json_extract(e.line, '$.type') = 'approval/decided' "
+        "AND json_extract(e.line, '$.data.id') = ?3"
+    ),
+)
