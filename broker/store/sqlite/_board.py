@@ -8,8 +8,9 @@ Synopsis::
 Two tables beside the event log, created by the store's writer when it opens the file
 (:data:`._schema.BOARD_DDL`; a store file made before the board gains them without a new
 schema version): ``board_questions`` (each question put up, as JSON) and ``board_answers``
-(the first answer of each). An answer is taken inside ``BEGIN IMMEDIATE``: two processes answering at once serialize on the
-file's write lock, and the second sees the first and is refused naming it.
+(the first answer of each). An answer is taken inside ``BEGIN IMMEDIATE``: two processes
+answering at once serialize on the file's write lock, and the second sees the first and is
+refused naming it.
 
 The session log is the only record of how a question settled: a question is settled once its
 ``approval/decided`` is in the log (whatever decided it, the recovery of a dead owner's crash
