@@ -79,6 +79,7 @@ def _links_are_whole(path: Path) -> None:
 
 
 def test_the_fixture_is_a_version_1_store_with_a_crash_tail() -> None:
+    assert FIXTURE.is_file()  # committed (an exception to .gitignore's *.sqlite)
     assert _version(FIXTURE) == 1
     assert "prev_row" not in {row[1] for row in _query(FIXTURE, "PRAGMA table_info(events)")}
     summary = verify_store(FIXTURE, allow_pending=True)
