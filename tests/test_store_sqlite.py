@@ -48,6 +48,7 @@ from broker.store.sqlite import _backend as _sqlite_writer
 from broker.store.sqlite import open_sqlite_reader, open_sqlite_store
 from broker.store.sqlite._group import group_parameters
 from broker.store.sqlite._schema import WAL_AUTOCHECKPOINT_PAGES
+from broker.store.sqlite._walk import LINES_SQL
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -901,6 +902,35 @@ async def test_a_damaged_store_is_refused_for_writing(db: Path) -> None:
     message = re.escape(
         f"store file '{db}' is damaged: session 's' ends at seq 1 but its recorded head is seq "
         f"2; run 'broker log verify {db}' to locate the damage and restore the file from a backup"
+    )
+    with trio.fail_after(10), pytest.raises(StoreOpenError, match=rf"^{message}$"):
+        async with open_sqlite_store(db):
+            pass  # pragma: no cover
+
+
+async def test_a_walk_ends_at_a_damaged_link_instead_of_looping_or_straying(db: Path) -> None:
+    # Schema version 2 reads a session by following its rows' links back from the head: a link
+    # changed behind the store's back must end the walk (never loop, never read another
+    # session's rows as this one's), and the fold at open then reports the damage.
+    with trio.fail_after(10):
+        async with open_sqlite_store(db, checkpoint_every=0) as store:
+            for session_id in ("s", "t"):
+                await store.append(session_id, [TurnStart(turn=n) for n in range(1, 5)])
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        row = {
+            (sid, seq): rid
+            for sid, seq, rid in conn.execute("SELECT session_id, seq, id FROM events")
+        }
+        # s's seq 3 links forward to its own head (a loop); t's seq 3 to s's seq 2.
+        conn.execute("UPDATE events SET prev_row = ? WHERE id = ?", (row["s", 4], row["s", 3]))
+        conn.execute("UPDATE events SET prev_row = ? WHERE id = ?", (row["s", 2], row["t", 3]))
+        conn.commit()
+        assert [r[0] for r in conn.execute(LINES_SQL, ("s",))] == [3, 4]
+        assert [r[0] for r in conn.execute(LINES_SQL, ("t",))] == [3, 4]
+    message = re.escape(
+        f"store file '{db}' is damaged: session 's' has rows its links do not reach (from its "
+        f"head the walk ends at seq 3); run "
+        f"'broker log verify {db}' to locate the damage and restore the file from a backup"
     )
     with trio.fail_after(10), pytest.raises(StoreOpenError, match=rf"^{message}$"):
         async with open_sqlite_store(db):

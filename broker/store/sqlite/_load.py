@@ -26,18 +26,28 @@ def _damaged(path: str, session_id: str, what: str) -> StoreOpenError:
 
 
 def _tail(
-    conn: sqlite3.Connection, session_id: str, head_seq: int, after: int
+    conn: sqlite3.Connection, path: str, session_id: str, head_seq: int, after: int
 ) -> Iterable[tuple[int, str, bytes]]:
-    """The rows after *after*, by the session's chain; should the chain not hold exactly the
-    seqs up to *head_seq* (a file damaged behind the store's back), every row of the session
-    by a scan, so the damage is reported where it is, not where the chain broke."""
+    """The rows after *after*, by the session's links. Should they not hold exactly the seqs up
+    to *head_seq* (a file damaged behind the store's back), every row of the session by a
+    scan: a gap or a bad row is then reported where it is, and rows that are whole but no
+    longer linked are refused too (the writer's later reads walk the links)."""
+    if after == head_seq:  # checkpointed at its head (a clean close): nothing to walk
+        return []
+    wanted = list(range(after + 1, head_seq + 1))
     rows: list[tuple[int, str, bytes]] = conn.execute(TAIL_SQL, (session_id, after)).fetchall()
-    if [seq for seq, _, _ in rows] == list(range(after + 1, head_seq + 1)):
+    if [seq for seq, _, _ in rows] == wanted:
         return rows
-    return conn.execute(
+    scanned: list[tuple[int, str, bytes]] = conn.execute(
         "SELECT seq, line, hash FROM events WHERE session_id = ? AND seq > ? ORDER BY seq",
         (session_id, after),
-    )
+    ).fetchall()
+    if [seq for seq, _, _ in scanned] == wanted:
+        walked = f"ends at seq {rows[0][0]}" if rows else "finds no row"
+        raise _damaged(
+            path, session_id, f"has rows its links do not reach (from its head the walk {walked})"
+        )
+    return scanned
 
 
 def load_session(
@@ -55,7 +65,7 @@ def load_session(
         head_seq,
         head_hash,
         checkpoint,
-        functools.partial(_tail, conn, session_id, head_seq),
+        functools.partial(_tail, conn, path, session_id, head_seq),
         functools.partial(_damaged, path),
     )
 

@@ -21,15 +21,16 @@ __all__ = ["ASKED_IDS_SQL", "DECIDED_SINCE_SQL", "LINES_SQL", "TAIL_SQL"]
 def _walk(columns: str, *, keep_walking: str, wanted: str) -> str:
     """A walk of session ``?1`` from its head, going on past a row while *keep_walking* holds
     for it (``e`` is the row), returning *columns* of the rows where *wanted* holds, in seq
-    order."""
+    order. Each step reads the next row once, carrying its columns along."""
+    row = "{t}.id, {t}.session_id, {t}.seq, {t}.ts_ms, {t}.line, {t}.hash, {t}.prev_row"
     return (
-        "WITH RECURSIVE walk(row) AS ("
-        "SELECT head_row FROM sessions WHERE id = ?1 "
+        "WITH RECURSIVE e(id, session_id, seq, ts_ms, line, hash, prev_row) AS ("
+        f"SELECT {row.format(t='h')} FROM sessions AS s JOIN events AS h ON h.id = s.head_row "
+        "WHERE s.id = ?1 AND h.session_id = ?1 "
         "UNION ALL "
-        "SELECT e.prev_row FROM walk JOIN events AS e ON e.id = walk.row "
-        f"WHERE e.prev_row < e.id AND e.session_id = ?1 AND {keep_walking}) "
-        f"SELECT {columns} FROM walk JOIN events AS e ON e.id = walk.row "
-        f"WHERE e.session_id = ?1 AND {wanted} ORDER BY e.seq"
+        f"SELECT {row.format(t='n')} FROM e JOIN events AS n ON n.id = e.prev_row "
+        f"WHERE e.prev_row < e.id AND n.session_id = ?1 AND {keep_walking}) "
+        f"SELECT {columns} FROM e WHERE {wanted} ORDER BY e.seq"
     )
 
 
