@@ -8,7 +8,6 @@ Real SQLite files in ``tmp_path`` and the real writer thread, so these tests use
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import random
@@ -46,8 +45,9 @@ from broker.store._protocol import StoreError
 from broker.store._stage import SessionExistsError
 from broker.store.sqlite import _backend as _sqlite_writer
 from broker.store.sqlite import open_sqlite_reader, open_sqlite_store
-from broker.store.sqlite._group import group_parameters
-from broker.store.sqlite._schema import WAL_AUTOCHECKPOINT_PAGES
+from broker.store.sqlite._group import group_parameters, install_group_write
+from broker.store.sqlite._jobs import write_group
+from broker.store.sqlite._schema import WAL_AUTOCHECKPOINT_PAGES, connect_writer
 from broker.store.sqlite._walk import LINES_SQL
 
 if TYPE_CHECKING:
@@ -434,27 +434,50 @@ async def test_one_statement_groups_write_what_statement_by_statement_groups_wri
     verify_store(tmp_path / "many.db")
 
 
-def test_group_parameters_are_the_json_of_the_rows_byte_for_byte() -> None:
-    # Assembled from the C escaper instead of json.dumps of nested lists: the same text.
-    tricky = ['q"uote', "back\\slash", "ctl\x01\x1f\n\t", "é ✓ \u2028 \ud800", "", "plain"]
+def test_a_group_written_as_one_statement_stores_its_rows_exactly(tmp_path: Path) -> None:
+    # The rows reach SQLite as JSON session ids, fixed-width numbers and UTF-8 lines end to end
+    # (group_parameters, on the trio thread), taken apart by the trigger: what it stores must be
+    # the rows exactly, whatever the ids and lines hold, and each row linked to its previous one.
+    ids = ['q"uote', "back\\slash", "ctl\x01\x1f\n\t", "é ✓ \u2028", "", "plain"]
+    texts = ['q"uote', "back\\slash", "ctl\x01\x1f\n\t", "é ✓ \u2028 😀", "", "long" * 500]
+    lines = [json.dumps({"v": text}, ensure_ascii=False) for text in texts]
+    ts_ms = 1_700_000_000_123
     rows = [
-        (session_id, seq, 5, json.dumps({"v": line}, ensure_ascii=False), b"p" * 32, b"h" * 32)
-        for seq, (session_id, line) in enumerate([(a, b) for a in tricky for b in tricky], start=1)
+        (session_id, seq, ts_ms, line, bytes([seq]) * 32, bytes([seq, index]) * 16)
+        for seq, line in enumerate(lines, start=1)
+        for index, session_id in enumerate(ids)
     ]
-    heads = [(seq, digest, session_id) for session_id, seq, _, _, _, digest in rows[-3:]]
-    plan = Plan(creates=[], auto_creates=[], rows=rows, heads=heads, checkpoints=[], fault=None)
-    parameters = group_parameters(plan)
-    assert parameters is not None
-    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
-    previous: dict[str, int] = {}  # each session's last row so far, by index
-    expected = []
-    for index, row in enumerate(rows):
-        expected.append([row[0], row[1], row[3], previous.get(row[0], -1)])
-        previous[row[0]] = index
-    assert parameters[2] == dumps(expected)
-    last = {row[0]: index for index, row in enumerate(rows)}
-    assert parameters[5] == dumps([[sid, seq, last[sid]] for seq, _, sid in heads])
-    assert json.loads(parameters[2])[7] == [rows[7][0], rows[7][1], rows[7][3], 6]
+    heads = [(len(lines), rows[-len(ids) + n][5], session_id) for n, session_id in enumerate(ids)]
+    plan = Plan(
+        creates=[],
+        auto_creates=[(session_id, None, ts_ms, bytes(32)) for session_id in ids],
+        rows=rows,
+        heads=heads,
+        checkpoints=[],
+        fault=None,
+        ts_ms=ts_ms,
+    )
+    conn = connect_writer(str(tmp_path / "group.db"), "FULL")
+    try:
+        assert install_group_write(conn)
+        parameters = group_parameters(plan)
+        assert parameters is not None
+        write_group(conn, plan, parameters, 41)
+        stored = conn.execute(
+            "SELECT session_id, seq, ts_ms, line, prev_hash, hash FROM events ORDER BY id"
+        ).fetchall()
+        assert stored == rows
+        assert [r[0] for r in conn.execute("SELECT id FROM events ORDER BY id")] == list(
+            range(41, 41 + len(rows))
+        )
+        for session_id in ids:
+            walked = conn.execute(LINES_SQL, (session_id,)).fetchall()
+            assert walked == [(seq, line) for seq, line in enumerate(lines, start=1)]
+        assert conn.execute("SELECT id, head_seq, head_hash FROM sessions").fetchall() == [
+            (session_id, seq, digest) for seq, digest, session_id in heads
+        ]
+    finally:
+        conn.close()
     nul = attrs.evolve(plan, rows=[("a\x00b", 1, 5, "{}", b"p" * 32, b"h" * 32)], heads=[])
     assert group_parameters(nul) is None  # SQLite's JSON stops at a NUL: written row by row
 

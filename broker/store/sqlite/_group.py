@@ -49,23 +49,48 @@ CHECKPOINT_SQL = (
 )
 
 # The whole group as ONE statement: an INSERT into a connection-local (TEMP) view whose INSTEAD
-# OF trigger does what the statements above do, reading the group from JSON arrays (and the
-# 32-byte hashes from two concatenated blobs). SQLite runs it in C with the GIL released from
-# start to COMMIT, instead of re-taking the GIL for every row of an executemany — so the trio
-# thread stages the next group in parallel. In autocommit mode the statement is its own
-# transaction (all or nothing, fsynced at its end with synchronous=FULL). Nothing of this is
-# stored in the file. Arrays (NULL when empty):
+# OF trigger does what the statements above do, reading the group from JSON arrays and blobs.
+# SQLite runs it in C with the GIL released from start to COMMIT, instead of re-taking the GIL
+# for every row of an executemany — so the trio thread stages the next group in parallel. In
+# autocommit mode the statement is its own transaction (all or nothing, fsynced at its end with
+# synchronous=FULL). Nothing of this is stored in the file. Parameters (NULL when empty):
 #   creates [[id, parent_id], ...]   auto_creates [id, ...]
 #   checkpoints [[id, seq, state, fp], ...]
-#   rows [[session_id, seq, line, index of the session's previous row in rows or -1], ...]
-#   heads [[session_id, seq, index of its row], ...]
-# The row at index i gets the id base + i (base: the writer's next id, added on its thread);
-# a session's first row in the group links to the session's head row before the group.
+#   rows ["session_id", ...] (one per row)   heads ["session_id", ...] (one per session moved)
+#   row_meta, head_meta: each row's, each head's fixed-width ASCII numbers (_ROW, _HEAD), read
+#     by substr (O(1) on a blob) and CAST: a row's seq, the index of its session's previous row
+#     in rows (-1: none in this group) and its line's start and length in lines; a head's seq
+#     and the index of its row
+#   lines: the rows' lines, UTF-8, end to end   prev_hashes, hashes: 32 bytes per row
+# A row is read by json_each of rows (its session id is the element itself): nothing per row
+# is parsed from JSON again, where [session_id, seq, line] elements were parsed once per field
+# (the line twice over: it is JSON in JSON, every quote escaped). The row at index i gets the
+# id base + i (base: the writer's next id, added on its thread); a session's first row in the
+# group links to the session's head row before the group.
+_ROW_SEQ, _ROW_PREV, _ROW_START, _ROW_LENGTH = 12, 7, 12, 12
+_ROW = b"%012d%07d%012d%012d"
+_ROW_WIDTH = _ROW_SEQ + _ROW_PREV + _ROW_START + _ROW_LENGTH
+_HEAD = b"%012d%07d"
+_HEAD_WIDTH = 12 + 7
+
+
+def _field(blob: str, width: int, offset: int, size: int, index: str = "key") -> str:
+    """SQL for the integer at *offset* (of *size* digits) of element *index* of *blob*."""
+    return f"CAST(substr(NEW.{blob}, {index} * {width} + {offset + 1}, {size}) AS INTEGER)"
+
+
+_SEQ = _field("row_meta", _ROW_WIDTH, 0, _ROW_SEQ)
+_PREV = _field("row_meta", _ROW_WIDTH, _ROW_SEQ, _ROW_PREV)
+_START = _field("row_meta", _ROW_WIDTH, _ROW_SEQ + _ROW_PREV, _ROW_START)
+_LENGTH = _field("row_meta", _ROW_WIDTH, _ROW_SEQ + _ROW_PREV + _ROW_START, _ROW_LENGTH)
+_HEAD_SEQ = _field("head_meta", _HEAD_WIDTH, 0, 12, "heads.key")
+_HEAD_INDEX = _field("head_meta", _HEAD_WIDTH, 12, 7, "heads.key")
 _GROUP_DDL = (
     "PRAGMA temp_store = MEMORY",
-    "CREATE TEMP VIEW group_write (creates, auto_creates, rows, prev_hashes, hashes, heads, "
-    "checkpoints, ts_ms, base) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
-    """CREATE TEMP TRIGGER group_write_rows INSTEAD OF INSERT ON group_write BEGIN
+    "CREATE TEMP VIEW group_write (creates, auto_creates, rows, row_meta, lines, prev_hashes, "
+    "hashes, heads, head_meta, checkpoints, ts_ms, base) AS SELECT NULL, NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+    f"""CREATE TEMP TRIGGER group_write_rows INSTEAD OF INSERT ON group_write BEGIN
         INSERT INTO sessions (id, parent_id, created_ms, head_seq, head_hash)
             SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), NEW.ts_ms, 0,
                 zeroblob(32)
@@ -75,18 +100,17 @@ _GROUP_DDL = (
             SELECT value, NULL, NEW.ts_ms, 0, zeroblob(32) FROM json_each(NEW.auto_creates)
             WHERE true ON CONFLICT (id) DO NOTHING;
         INSERT INTO events (id, session_id, seq, ts_ms, line, prev_hash, hash, prev_row)
-            SELECT NEW.base + key, json_extract(value, '$[0]'), json_extract(value, '$[1]'),
-                NEW.ts_ms, json_extract(value, '$[2]'),
+            SELECT NEW.base + key, value, {_SEQ}, NEW.ts_ms,
+                CAST(substr(NEW.lines, {_START} + 1, {_LENGTH}) AS TEXT),
                 substr(NEW.prev_hashes, key * 32 + 1, 32), substr(NEW.hashes, key * 32 + 1, 32),
-                CASE WHEN json_extract(value, '$[3]') >= 0
-                    THEN NEW.base + json_extract(value, '$[3]')
-                    ELSE (SELECT head_row FROM sessions WHERE id = json_extract(value, '$[0]'))
+                CASE WHEN {_PREV} >= 0 THEN NEW.base + {_PREV}
+                    ELSE (SELECT head_row FROM sessions WHERE id = value)
                 END
             FROM json_each(NEW.rows);
-        UPDATE sessions SET head_seq = json_extract(value, '$[1]'),
-                head_hash = substr(NEW.hashes, json_extract(value, '$[2]') * 32 + 1, 32),
-                head_row = NEW.base + json_extract(value, '$[2]')
-            FROM json_each(NEW.heads) WHERE sessions.id = json_extract(value, '$[0]');
+        UPDATE sessions SET head_seq = {_HEAD_SEQ},
+                head_hash = substr(NEW.hashes, {_HEAD_INDEX} * 32 + 1, 32),
+                head_row = NEW.base + {_HEAD_INDEX}
+            FROM json_each(NEW.heads) AS heads WHERE sessions.id = heads.value;
         INSERT INTO checkpoints (session_id, seq, state, projection)
             SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
                 json_extract(value, '$[2]'), json_extract(value, '$[3]')
@@ -95,7 +119,7 @@ _GROUP_DDL = (
                 projection = excluded.projection;
     END""",
 )
-GROUP_SQL = "INSERT INTO temp.group_write VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+GROUP_SQL = "INSERT INTO temp.group_write VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 def _json_array(items: list[Any]) -> str | None:
@@ -126,7 +150,7 @@ def install_group_write(conn: sqlite3.Connection) -> bool:
         # Prepare and run it once (it writes nothing) to find a missing function now.
         conn.execute("BEGIN")
         try:
-            conn.execute(GROUP_SQL, (None, None, None, b"", b"", None, None, 0, 1))
+            conn.execute(GROUP_SQL, (None, None, None, b"", b"", b"", b"", None, b"", None, 0, 1))
         finally:
             conn.execute("ROLLBACK")
     except sqlite3.Error:
@@ -139,35 +163,43 @@ def group_parameters(plan: Plan) -> tuple[object, ...] | None:
     the writer adds on its thread), made on the trio thread; None if the id of a session with
     rows holds a NUL (then it is written statement by statement).
 
-    The rows' JSON is assembled from :func:`json.encoder.encode_basestring` (the C escaper
-    ``json.dumps`` itself uses) — the same text as ``json.dumps`` of the nested lists, without
-    building them: every durable row passes here, on the trio thread."""
+    Session ids are escaped by :func:`json.encoder.encode_basestring` (the C escaper
+    ``json.dumps`` itself uses), once per session; lines are only encoded: every durable row
+    passes here, on the trio thread."""
     rows = plan.rows
     escaped: dict[str, str] = {}  # each session id, escaped once
     index: dict[str, int] = {}  # the last row of each session
-    parts: list[str] = []
-    add = parts.append
     last = index.get
+    sids: list[str] = []
+    meta: list[bytes] = []
+    lines: list[bytes] = []
+    start = 0
     for position, (session_id, seq, _, line, _, _) in enumerate(rows):
         sid = escaped.get(session_id)
         if sid is None:
             if "\x00" in session_id:
                 return None
             sid = escaped[session_id] = _escape(session_id)
-        add(f"[{sid},{seq},{_escape(line)},{last(session_id, -1)}]")
+        try:
+            data = line.encode()
+        except UnicodeEncodeError:  # no codec writes a lone surrogate; let SQLite refuse it
+            return None
+        sids.append(sid)
+        meta.append(_ROW % (seq, last(session_id, -1), start, len(data)))
+        lines.append(data)
+        start += len(data)
         index[session_id] = position
     heads = plan.heads
     return (
         _json_array([[session_id, parent_id] for session_id, parent_id, _, _ in plan.creates]),
         _json_array([session_id for session_id, _, _, _ in plan.auto_creates]),
-        f"[{','.join(parts)}]" if parts else None,
+        f"[{','.join(sids)}]" if sids else None,
+        b"".join(meta),
+        b"".join(lines),
         b"".join([row[4] for row in rows]),
         b"".join([row[5] for row in rows]),
-        (
-            f"[{','.join([f'[{escaped[sid]},{seq},{index[sid]}]' for seq, _, sid in heads])}]"
-            if heads
-            else None
-        ),
+        f"[{','.join([escaped[sid] for _, _, sid in heads])}]" if heads else None,
+        b"".join([_HEAD % (seq, index[sid]) for seq, _, sid in heads]),
         _json_array([list(checkpoint) for checkpoint in plan.checkpoints]),
         plan.ts_ms,
     )
