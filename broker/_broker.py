@@ -551,8 +551,7 @@ class Broker(metaclass=FactoryMade):
         The same as :meth:`request_decision`, returning only the outcome. Cancellation: as
         :meth:`request_decision`.
         """
-        decision = await self._asked_session(req).questions.ask(req)
-        return decision.outcome
+        return await self._asked_session(req).questions.outcome(req)
 
     async def request_decision(self, req: ApprovalRequest) -> Decision:
         """Check that ``req.agent`` is an agent of this broker's open sessions, then ask its

@@ -189,13 +189,36 @@ class Questions:
         With :mod:`broker.telemetry` on, the question is a span and counts in its metrics.
         """
         if TELEMETRY.off:  # the whole cost of telemetry while it is off
-            return await self._ask(req, None)
+            decision = await self._ask(req, None, True)
+        else:
+            decision = await self._observed(req)
+        assert isinstance(decision, Decision)  # asked for in full
+        return decision
+
+    async def outcome(self, req: ApprovalRequest) -> Outcome:
+        """:meth:`ask`, returning only the outcome (what ``broker.request`` returns): the same
+        algorithm, appends and cancellation, without making the :class:`Decision`."""
+        if TELEMETRY.off:
+            result = await self._ask(req, None, False)
+        else:
+            result = await self._observed(req)
+        return result if isinstance(result, Outcome) else result.outcome
+
+    async def _observed(self, req: ApprovalRequest) -> Decision | Outcome:
         trace = observe_question(req, self._session.id)  # None: the first question found it off
         if trace is None:
-            return await self._ask(req, None)
-        return await trace.observe(self._ask(req, trace))
+            return await self._ask(req, None, True)
+        return await trace.observe(self._decision(req, trace))
 
-    async def _ask(self, req: ApprovalRequest, trace: QuestionTrace | None) -> Decision:
+    async def _decision(self, req: ApprovalRequest, trace: QuestionTrace) -> Decision:
+        decision = await self._ask(req, trace, True)
+        assert isinstance(decision, Decision)  # asked for in full
+        return decision
+
+    async def _ask(
+        self, req: ApprovalRequest, trace: QuestionTrace | None, full: bool
+    ) -> Decision | Outcome:
+        """The algorithm; returns the :class:`Decision` when *full*, else its outcome alone."""
         session = self._session
         if req.agent is not session.agent:
             raise ValueError(
@@ -203,7 +226,9 @@ class Questions:
                 "the agent belongs to (or broker.request, which finds it)"
             )
         request_id = new_id()
-        question = Asking(request=req, id=request_id)
+        # Made when the waterfall runs (its answerers read it): a question decided before
+        # any answerer does not need it.
+        question: Asking | None = None
         asked = ApprovalAsked(
             id=request_id,
             tool_name=req.tool_name,
@@ -225,11 +250,16 @@ class Questions:
                 await session_log.ready(internal=False, shielded=False)
                 # Steps 3.1-3.3 need no await: decided here, with nothing between them and
                 # sequencing asked (which changes neither the policy nor the grants they read).
-                decided_now = self._decide_now(req, flight, question)
-                if decided_now is not None and decided_now.source is Source.GRANT:
-                    decided_now = await self._unless_revoked(req, flight, decided_now)
-                if decided_now is not None:
-                    return await self._put_decided(put, request_id, decided_now, req)
+                decided_now = self._decide_now(req, flight)
+                if type(decided_now) is _Settled:
+                    if decided_now.source is Source.GRANT:
+                        decided_now = await self._unless_revoked(req, flight, decided_now)
+                    if decided_now is not None:
+                        return await self._put_decided(put, request_id, decided_now, req, full)
+                question = Asking(request=req, id=request_id)
+                if isinstance(decided_now, Rule):  # an ask rule: who alone may answer, how many
+                    question.approvers = decided_now.approvers
+                    question.quorum = decided_now.quorum
                 asked_submission = await session_log.sequence_now(*self._expiries(), put)
                 assert asked_submission is not None  # put always builds
                 await session_log.durable(asked_submission, schedule=False, shielded=False)
@@ -247,7 +277,7 @@ class Questions:
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
                     await self._record_cancelled(request_id)
-                    if question.hooks:
+                    if question is not None and question.hooks:
                         await question.settled(Outcome.CANCELLED)
                 raise
             answered = flight.answered
@@ -268,9 +298,12 @@ class Questions:
             # Invariant: once the race is decided, the log records that decision — a caller
             # cancelled from here on gets Cancelled at its next checkpoint, after the return.
             await session_log.append(decided, internal=True, shielded=True)
+            assert question is not None  # made before the waterfall ran
             if question.hooks:
                 with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
                     await question.settled(outcome)
+            if not full:
+                return outcome
             return Decision(
                 id=request_id,
                 outcome=outcome,
@@ -284,8 +317,8 @@ class Questions:
             self._settle(request_id)
 
     async def _put_decided(
-        self, put: Builder, request_id: str, settled: _Settled, req: ApprovalRequest
-    ) -> Decision:
+        self, put: Builder, request_id: str, settled: _Settled, req: ApprovalRequest, full: bool
+    ) -> Decision | Outcome:
         """Append ``asked`` and the ``decided`` that steps 3.1–3.3 made, as ONE submission (one
         transaction: both land or neither), and wait once, shielded and bounded by
         ``settle_grace``: the decision was made before any await, so no cancellation can come
@@ -312,6 +345,8 @@ class Questions:
         submitted = await session_log.sequence_now(*self._expiries(), put, decided)
         assert submitted is not None  # put always builds
         await session_log.durable(submitted, schedule=True, shielded=True)
+        if not full:
+            return settled.outcome
         return Decision(
             id=request_id,
             outcome=settled.outcome,
@@ -322,20 +357,19 @@ class Questions:
             arguments_digest=req.arguments_digest,
         )
 
-    def _decide_now(
-        self, req: ApprovalRequest, flight: Flight, question: Asking | None = None
-    ) -> _Settled | None:
+    def _decide_now(self, req: ApprovalRequest, flight: Flight) -> _Settled | Rule | None:
         """Steps 3.1–3.3, which consult no answerer — abort, the ``never`` policy, then the
-        rules and grants (deny beats ask beats allow; a grant is an allow) — or None when the
-        waterfall must decide (:meth:`_decide`)."""
+        rules and grants (deny beats ask beats allow; a grant is an allow) — or, when the
+        waterfall must decide (:meth:`_decide`), the ask rule that sent it there (its
+        approvers and quorum apply) or None."""
         signal = req.signal
         if flight.cause is None and signal is not None and is_aborted(signal):
             flight.withdraw(Withdrawal.ABORTED, "before the question was put")
         if flight.cause is not None:
-            return _Settled(_settled_by(flight.cause), _CAUSES[flight.cause])
+            return _WITHDRAWN[flight.cause]
         session = self._session
         if session.effective_policy is Policy.NEVER:
-            return _Settled(Outcome.REJECTED, Source.POLICY)
+            return _BY_POLICY
         rules = session.rules
         if rules.rules:
             verdict = rules.decide(req.tool_name, req.arguments)
@@ -343,10 +377,7 @@ class Questions:
             if decision is RuleDecision.DENY:
                 return _Settled(Outcome.REJECTED, Source.RULE, rule=verdict.rule)
             if decision is RuleDecision.ASK:
-                if question is not None and verdict.rule is not None:
-                    question.approvers = verdict.rule.approvers  # who alone may answer it
-                    question.quorum = verdict.rule.quorum  # how many of them must allow
-                return None  # an ask rule beats any allow, a grant included
+                return verdict.rule  # an ask rule beats any allow, a grant included
             if decision is RuleDecision.ALLOW:
                 return _Settled(
                     Outcome.ALLOWED_ONCE, Source.RULE, remembered=True, rule=verdict.rule
@@ -378,7 +409,8 @@ class Questions:
             if revocation is None:
                 break
             await self._log.append(_revoked(grant_id, revocation.by))
-            current = self._decide_now(req, flight)
+            again = self._decide_now(req, flight)
+            current = again if type(again) is _Settled else None
         return current  # noqa: ASYNC910 (no read needed: the caller's submission awaits next)
 
     def _expiries(self) -> tuple[Appendable, ...]:
@@ -499,3 +531,9 @@ def _source_of(flight: Flight, outcome: Outcome) -> tuple[Source, str | None]:
 
 def _settled_by(cause: Withdrawal) -> Outcome:
     return Outcome.UNAVAILABLE if cause is Withdrawal.ANSWERER_LOST else Outcome.CANCELLED
+
+
+# What steps 3.1-3.3 decide the same way every time, made once: the policy ``never``, and a
+# question withdrawn before it was put (by cause).
+_BY_POLICY = _Settled(Outcome.REJECTED, Source.POLICY)
+_WITHDRAWN = {cause: _Settled(_settled_by(cause), _CAUSES[cause]) for cause in Withdrawal}
