@@ -6,8 +6,8 @@ Three ways of asking the same question (in-memory store, one answerer that answe
 the waterfall runs and, with telemetry on, both spans are made), measured in the same run in
 alternating blocks so drift hits all alike:
 
-1. **without telemetry at all**: ``Questions.ask`` replaced by the algorithm alone (``_ask``,
-   no hook) — the baseline;
+1. **without telemetry at all**: ``Questions.outcome`` (what ``broker.request`` asks through)
+   replaced by the algorithm alone (``_ask``, no hook) — the baseline;
 2. **the OpenTelemetry API installed, no SDK configured**: the hook as shipped, its one test
    of an attribute — target p50 <= 1.05x the baseline;
 3. **the SDK** (a ``TracerProvider`` with a ``BatchSpanProcessor`` whose exporter drops what
@@ -51,11 +51,11 @@ async def answer_at_once(_req: ApprovalRequest, _next: AnswerNext) -> Outcome:
 
 
 def _without_hook(self: Questions, req: ApprovalRequest) -> Awaitable[Any]:
-    return self._ask(req, None)
+    return self._ask(req, None, False)
 
 
 async def measure_asks(rounds: int, blocks: int = 50) -> tuple[Figure, Figure]:
-    shipped: Callable[..., Any] = Questions.ask
+    shipped: Callable[..., Any] = Questions.outcome
     assert not broker.telemetry.is_enabled()  # the API imported, no SDK: the probe says off
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(_Drop()))
@@ -73,7 +73,8 @@ async def measure_asks(rounds: int, blocks: int = 50) -> tuple[Figure, Figure]:
                     per_block = max(1, rounds // blocks)
                     for block in range(blocks + 1):  # block 0: warm-up, not kept
                         for way, out in samples.items():
-                            setattr(Questions, "ask", _without_hook if way == "bare" else shipped)  # noqa: B010
+                            asking = _without_hook if way == "bare" else shipped
+                            setattr(Questions, "outcome", asking)  # noqa: B010
                             _spans.SWITCH.set(sdk if way == "sdk" else None)
                             for _ in range(per_block):
                                 start = clock()
@@ -81,7 +82,7 @@ async def measure_asks(rounds: int, blocks: int = 50) -> tuple[Figure, Figure]:
                                 if block:
                                     out.append(clock() - start)
     finally:
-        setattr(Questions, "ask", shipped)  # noqa: B010
+        setattr(Questions, "outcome", shipped)  # noqa: B010
         _spans.SWITCH.set(None)
         tracer_provider.shutdown()
         meter_provider.shutdown()

@@ -108,7 +108,7 @@ class AnswererHandle:
         cannot turn its loss into an allow. Cancellation: propagates. Does not checkpoint
         unless the answerer does.
         """
-        if self.closed:
+        if self._closed.is_set():  # self.closed, without the property's call
             await trio.lowlevel.checkpoint()
             return Outcome.UNAVAILABLE
         self._inflight.add(flight)

@@ -126,14 +126,27 @@ class SessionLog:
         cancellation cannot stop it, and every wait is bounded by the host's ``settle_grace``:
         past it :class:`AuditAppendError` is raised.
         """
-        await self.ready(internal, shielded)
-        submitted = await self.sequence_now(build)
+        # ready() does nothing for a shielded append to an open, fresh, uncongested log: its
+        # coroutine is skipped then (every decision's append).
+        busy = self.status is not Lifecycle.OPEN or self._stale or self.host.store.congested
+        if busy or not shielded:
+            await self.ready(internal, shielded)
+        try:
+            submitted = self._sequence((build,))  # sequence_now, inline
+        except Exception:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise
         if submitted is None:
             if shielded:
                 await trio.lowlevel.cancel_shielded_checkpoint()
             else:
                 await trio.lowlevel.checkpoint()
             return None
+        ticket = submitted[1]
+        if ticket.done and ticket.error is None:  # durable's first case, inline
+            if schedule or shielded:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            return submitted[0]  # noqa: ASYNC910 (schedule=False: the caller yields later)
         return await self.durable(submitted, schedule=schedule, shielded=shielded)
 
     async def ready(self, internal: bool, shielded: bool) -> None:  # noqa: ASYNC910

@@ -27,6 +27,7 @@ that fallback, keeping their deadline.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -102,6 +103,9 @@ class BoundedWaits:
     )
     _idle: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _running: bool = attrs.field(default=False, init=False)
+    # The run's clock (its current_time), taken by the timer when it starts: every wait reads
+    # it, and trio.current_time() reaches it through three more calls.
+    _clock: Callable[[], float] = attrs.field(default=trio.current_time, init=False)
 
     @property
     def outstanding(self) -> int:
@@ -118,7 +122,7 @@ class BoundedWaits:
         if ticket.done:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
-        deadline = trio.current_time() + self.grace
+        deadline = self._clock() + self.grace
         if self._running:
             waits = self._waits
             task = trio.lowlevel.current_task()
@@ -149,6 +153,7 @@ class BoundedWaits:
         """
         waits = self._waits
         self._running = True
+        self._clock = trio.lowlevel.current_clock().current_time
         try:
             task_status.started()
             while True:
@@ -164,6 +169,7 @@ class BoundedWaits:
                 await trio.lowlevel.checkpoint()
         finally:
             self._running = False
+            self._clock = trio.current_time
             while waits:
                 next(iter(waits)).wake(None)
 

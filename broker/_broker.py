@@ -20,6 +20,7 @@ import trio
 
 from ._agent import Agent
 from ._answerers import AnswererHandle, AnswerFn, insert_handle
+from ._appends import Lifecycle
 from ._bounded_waits import BoundedWaits
 from ._closing import wait_ended_or_stuck
 from ._collapse import collapse_single
@@ -551,8 +552,7 @@ class Broker(metaclass=FactoryMade):
         The same as :meth:`request_decision`, returning only the outcome. Cancellation: as
         :meth:`request_decision`.
         """
-        decision = await self._asked_session(req).questions.ask(req)
-        return decision.outcome
+        return await self._asked_session(req).questions.outcome(req)
 
     async def request_decision(self, req: ApprovalRequest) -> Decision:
         """Check that ``req.agent`` is an agent of this broker's open sessions, then ask its
@@ -561,6 +561,16 @@ class Broker(metaclass=FactoryMade):
         return await self._asked_session(req).questions.ask(req)
 
     def _asked_session(self, req: object) -> Session:
+        # The usual case in a few type tests (every question passes here); anything else takes
+        # the checks below, which raise the exact errors.
+        if type(req) is ApprovalRequest:
+            session = req.agent.session if type(req.agent) is Agent else None
+            if (
+                type(session) is Session
+                and session.host is self
+                and session.log.status is Lifecycle.OPEN
+            ):
+                return session
         if not isinstance(req, ApprovalRequest):
             raise TypeError(
                 f"req must be an ApprovalRequest, got {type(req).__name__}: "

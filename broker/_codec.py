@@ -164,11 +164,20 @@ def _field_kind(tp: object) -> type[Any] | None:
     return None
 
 
+def _enum_of(tp: object) -> type[enum.StrEnum]:
+    """The StrEnum class of a field :func:`_field_kind` found to hold one (optional or not)."""
+    options = get_args(tp) if isinstance(tp, types.UnionType) or get_origin(tp) is Union else ()
+    [kind] = [arg for arg in options if arg is not type(None)] or [tp]
+    assert isinstance(kind, type)
+    assert issubclass(kind, enum.StrEnum)
+    return kind
+
+
 def _compile_line_encoder(cls: type[Event]) -> Callable[[Event], str | None] | None:
     """Generate the fast encoder of *cls* (as attrs generates ``__init__``): one straight-line
     function per class, each field's check and text unrolled, no per-field loop."""
     hints = get_type_hints(cls)
-    namespace: dict[str, Any] = {"_escape": _escape, "StrEnum": enum.StrEnum}
+    namespace: dict[str, Any] = {"_escape": _escape}
     lines = ["def encode(event):", "    parts = []"]
     for index, field in enumerate(attrs.fields(cls)):
         kind = _field_kind(hints.get(field.name))
@@ -188,7 +197,10 @@ def _compile_line_encoder(cls: type[Event]) -> Callable[[Event], str | None] | N
             indent = "        "
         if kind is enum.StrEnum:
             # A StrEnum member is the str of its value: escaped as is (no Enum.value lookup).
-            lines.append(f"{indent}if not isinstance({value}, StrEnum):")
+            # A member of exactly the annotated enum (a type test, not isinstance through the
+            # enum's metaclass); any other value is the converter's.
+            namespace[f"e{index}"] = _enum_of(hints[field.name])
+            lines.append(f"{indent}if type({value}) is not e{index}:")
             lines.append(f"{indent}    return None")
             lines.append(f"{indent}parts.append({key!r} + _escape({value}))")
         else:

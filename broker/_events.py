@@ -6,7 +6,8 @@ produced only by :mod:`broker._codec`; feature code builds these classes and nev
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar, cast
 
 import attrs
 
@@ -214,3 +215,68 @@ class SandboxModeSet(Event):
 
     TYPE: ClassVar[str] = "sandbox/mode"
     mode: str
+
+
+# -- positional makers --------------------------------------------------------------------------
+#
+# A frozen, slotted attrs class's ``__init__`` matches keywords (kw_only), fills in defaults and
+# stores each field through ``object.__setattr__``: about twice what storing the fields costs.
+# :func:`maker` generates, once per class, a function that takes every field positionally, in
+# field order, and stores each through its slot directly; what it makes is equal to, and
+# indistinguishable from, what ``__init__`` makes with the same values. (A class that is not
+# frozen gets plain attribute stores, as its ``__init__`` does: only the keyword matching and
+# the defaults are saved.) For the few values made on every question: its events, the
+# projection, its decision, a durable submission.
+
+T = TypeVar("T")
+
+
+def maker(cls: type[T], order: str) -> Callable[..., T]:
+    """``make(v1, v2, ...)``: an instance of *cls* with every field given, in field order.
+
+    *order* names the fields, space-separated, as the caller passes them: a ValueError unless it
+    is exactly *cls*'s field order (a field added or moved fails at import, never silently).
+
+    Only for a slotted attrs class whose ``__init__`` just stores its arguments (no validator,
+    converter, ``init=False`` field or post-init hook; a default, a factory's too, is the
+    caller's to pass): refused with a ValueError otherwise, so a class that gains one cannot be
+    made past it.
+    """
+    fields = attrs.fields(cast(Any, cls))
+    plain = all(
+        f.init and f.validator is None and f.converter is None and f.alias == f.name.lstrip("_")
+        for f in fields
+    )
+    slots = vars(cls).get("__slots__", ())
+    if (
+        not plain
+        or not slots
+        or "_attrs_cached_hash" in slots
+        or hasattr(cls, "__attrs_post_init__")
+    ):
+        raise ValueError(
+            f"{cls.__name__} is not a plain slotted attrs class: make it with __init__"
+        )
+    names = [f.name for f in fields]
+    if order.split() != names:
+        raise ValueError(f"{cls.__name__}'s fields are, in order: {' '.join(names)}")
+    arguments = ", ".join(f"v{i}" for i in range(len(names)))
+    if cls.__setattr__ is object.__setattr__:
+        # Not frozen: plain attribute stores, as its __init__ does.
+        setters: list[object] = []
+        stores = [f"        self.{name} = v{i}" for i, name in enumerate(names)]
+    else:
+        setters = [getattr(cls, name).__set__ for name in names]
+        stores = [f"        s{i}(self, v{i})" for i in range(len(names))]
+    lines = [
+        f"def factory(_new, _cls, {', '.join(f's{i}' for i in range(len(setters)))}):",
+        f"    def make({arguments}):",
+        "        self = _new(_cls)",
+        *stores,
+        "        return self",
+        "    return make",
+    ]
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join(lines), f"<maker of {cls.__name__}>", "exec"), namespace)
+    make: Callable[..., T] = namespace["factory"](object.__new__, cls, *setters)
+    return make

@@ -21,6 +21,7 @@ from ._events import (
     SandboxModeSet,
     TurnEnd,
     TurnStart,
+    maker,
 )
 from ._vocabulary import Policy
 
@@ -77,6 +78,11 @@ class ApprovalState:
 #: The state of a session with no events (frozen: shared by every new session).
 EMPTY_STATE = ApprovalState()
 
+# ApprovalState(...) with every field in order, positionally: what fold makes, twice a question.
+_state = maker(
+    ApprovalState, "policy sandbox_mode turn turn_open grants granted pending delegated events"
+)
+
 
 def fold(state: ApprovalState, event: Event) -> ApprovalState:
     """The state after *event*. Events this projection does not track only bump the count."""
@@ -108,16 +114,16 @@ def fold(state: ApprovalState, event: Event) -> ApprovalState:
             grants = grants - {event.tool_name}
     elif isinstance(event, SandboxModeSet):
         sandbox_mode = event.mode
-    return ApprovalState(
-        policy=policy,
-        sandbox_mode=sandbox_mode,
-        turn=turn,
-        turn_open=turn_open,
-        grants=grants,
-        granted=granted,
-        pending=pending,
-        delegated=delegated,
-        events=state.events + 1,
+    return _state(
+        policy,
+        sandbox_mode,
+        turn,
+        turn_open,
+        grants,
+        granted,
+        pending,
+        delegated,
+        state.events + 1,
     )
 
 

@@ -23,7 +23,7 @@ from ._appends import Appendable, Builder, Lifecycle, SessionLog, if_pending
 from ._arguments import arguments_digest
 from ._collapse import collapse_single
 from ._errors import SessionClosedError, TurnError
-from ._events import ApprovalAsked, ApprovalDecided, ApprovalRevoke, Event
+from ._events import ApprovalAsked, ApprovalDecided, ApprovalRevoke, Event, maker
 from ._flight import Flight, Withdrawal
 from ._projection import ApprovalState, Grant
 from ._request import ASKING, ApprovalRequest, Asking
@@ -41,16 +41,19 @@ log = logging.getLogger("broker.session")
 # Question ids: UUID4 strings cut from a buffered pool of OS randomness. ``str(uuid.uuid4())``
 # makes one ``urandom`` system call per id, a visible part of an in-memory ask; reading 4 KiB
 # at a time and setting the version/variant bits ourselves gives the same ids (RFC 4122
-# version 4, 122 random bits from the OS CSPRNG) at a fraction of the cost.
+# version 4, 122 random bits from the OS CSPRNG) at a fraction of the cost. The pool is kept
+# as hex: an id is cut from it as text, its version digit written as "4" and its variant digit
+# (the top two bits of byte 8 set to 10) mapped from the random one.
 _POOL_BYTES = 4096
-_pool = b""
-_offset = _POOL_BYTES
+_pool = ""
+_offset = 2 * _POOL_BYTES
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 def _reset_after_fork() -> None:
     # A forked child must not hand out the ids its parent will hand out.
     global _pool, _offset
-    _pool, _offset = b"", _POOL_BYTES
+    _pool, _offset = "", 2 * _POOL_BYTES
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -59,14 +62,12 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 def new_id() -> str:
     """A fresh question id: a UUID4 string."""
     global _pool, _offset
-    if _offset >= len(_pool):
-        _pool, _offset = os.urandom(_POOL_BYTES), 0
-    raw = bytearray(_pool[_offset : _offset + 16])
-    _offset += 16
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    start = _offset
+    if start >= len(_pool):
+        _pool, start = os.urandom(_POOL_BYTES).hex(), 0
+    _offset = start + 32
+    h = _pool[start : start + 32]
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
 
 
 @attrs.frozen(kw_only=True)
@@ -189,13 +190,36 @@ class Questions:
         With :mod:`broker.telemetry` on, the question is a span and counts in its metrics.
         """
         if TELEMETRY.off:  # the whole cost of telemetry while it is off
-            return await self._ask(req, None)
+            decision = await self._ask(req, None, True)
+        else:
+            decision = await self._observed(req)
+        assert isinstance(decision, Decision)  # asked for in full
+        return decision
+
+    async def outcome(self, req: ApprovalRequest) -> Outcome:
+        """:meth:`ask`, returning only the outcome (what ``broker.request`` returns): the same
+        algorithm, appends and cancellation, without making the :class:`Decision`."""
+        if TELEMETRY.off:
+            result = await self._ask(req, None, False)
+        else:
+            result = await self._observed(req)
+        return result if isinstance(result, Outcome) else result.outcome
+
+    async def _observed(self, req: ApprovalRequest) -> Decision | Outcome:
         trace = observe_question(req, self._session.id)  # None: the first question found it off
         if trace is None:
-            return await self._ask(req, None)
-        return await trace.observe(self._ask(req, trace))
+            return await self._ask(req, None, True)
+        return await trace.observe(self._decision(req, trace))
 
-    async def _ask(self, req: ApprovalRequest, trace: QuestionTrace | None) -> Decision:
+    async def _decision(self, req: ApprovalRequest, trace: QuestionTrace) -> Decision:
+        decision = await self._ask(req, trace, True)
+        assert isinstance(decision, Decision)  # asked for in full
+        return decision
+
+    async def _ask(
+        self, req: ApprovalRequest, trace: QuestionTrace | None, full: bool
+    ) -> Decision | Outcome:
+        """The algorithm; returns the :class:`Decision` when *full*, else its outcome alone."""
         session = self._session
         if req.agent is not session.agent:
             raise ValueError(
@@ -203,14 +227,10 @@ class Questions:
                 "the agent belongs to (or broker.request, which finds it)"
             )
         request_id = new_id()
-        question = Asking(request=req, id=request_id)
-        asked = ApprovalAsked(
-            id=request_id,
-            tool_name=req.tool_name,
-            call_id=req.call_id,
-            reason=req.reason,
-            arguments_digest=req.arguments_digest,
-        )
+        # Made when the waterfall runs (its answerers read it): a question decided before
+        # any answerer does not need it.
+        question: Asking | None = None
+        asked = _asked(request_id, req.tool_name, req.call_id, req.reason, req.arguments_digest)
 
         def put(state: ApprovalState) -> Event:
             if not state.turn_open:
@@ -225,14 +245,21 @@ class Questions:
                 await session_log.ready(internal=False, shielded=False)
                 # Steps 3.1-3.3 need no await: decided here, with nothing between them and
                 # sequencing asked (which changes neither the policy nor the grants they read).
-                decided_now = self._decide_now(req, flight, question)
-                if decided_now is not None and decided_now.source is Source.GRANT:
-                    decided_now = await self._unless_revoked(req, flight, decided_now)
-                if decided_now is not None:
-                    return await self._put_decided(put, request_id, decided_now, req)
+                decided_now = self._decide_now(req, flight)
+                if type(decided_now) is _Settled:
+                    if decided_now.source is Source.GRANT:
+                        decided_now = await self._unless_revoked(req, flight, decided_now)
+                    if decided_now is not None:
+                        return await self._put_decided(put, request_id, decided_now, req, full)
+                question = _asking(req, request_id, [], (), 1)
+                if isinstance(decided_now, Rule):  # an ask rule: who alone may answer, how many
+                    question.approvers = decided_now.approvers
+                    question.quorum = decided_now.quorum
                 asked_submission = await session_log.sequence_now(*self._expiries(), put)
                 assert asked_submission is not None  # put always builds
-                await session_log.durable(asked_submission, schedule=False, shielded=False)
+                ticket = asked_submission[1]
+                if not ticket.done or ticket.error is not None:  # else durable() returns at once
+                    await session_log.durable(asked_submission, schedule=False, shielded=False)
                 # The waterfall's context: req.question_id reads it (a context variable set
                 # directly, not through a context manager: this runs on every question).
                 token = ASKING.set(question)
@@ -247,7 +274,7 @@ class Questions:
             except trio.Cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
                     await self._record_cancelled(request_id)
-                    if question.hooks:
+                    if question is not None and question.hooks:
                         await question.settled(Outcome.CANCELLED)
                 raise
             answered = flight.answered
@@ -256,36 +283,49 @@ class Questions:
             message = answered[2] if said and answered is not None else None
             answers = answered[3] if said and answered is not None else None
             source, answerer = _source_of(flight, outcome)
-            decided = ApprovalDecided(
-                id=request_id,
-                outcome=outcome,
-                answered_by=answered_by,
-                source=source,
-                answerer=answerer,
-                message=message,
-                answers=answers,
+            decided = _decided(
+                request_id,
+                outcome,
+                False,  # remembered
+                None,  # policy
+                False,  # recovered
+                answered_by,
+                source,
+                None,  # rule_layer
+                None,  # rule_file
+                None,  # rule_index
+                None,  # grant
+                answerer,
+                message,
+                answers,
             )
             # Invariant: once the race is decided, the log records that decision — a caller
             # cancelled from here on gets Cancelled at its next checkpoint, after the return.
             await session_log.append(decided, internal=True, shielded=True)
+            assert question is not None  # made before the waterfall ran
             if question.hooks:
                 with trio.CancelScope(shield=True), trio.move_on_after(settle_grace):
                     await question.settled(outcome)
-            return Decision(
-                id=request_id,
-                outcome=outcome,
-                answered_by=answered_by,
-                source=source,
-                arguments_digest=req.arguments_digest,
-                message=message,
-                answers=answers,
+            if not full:
+                return outcome
+            return _decision(
+                request_id,
+                outcome,
+                False,  # remembered
+                False,  # by_policy
+                answered_by,
+                source,
+                None,  # rule
+                req.arguments_digest,
+                message,
+                answers,
             )
         finally:
             self._settle(request_id)
 
     async def _put_decided(
-        self, put: Builder, request_id: str, settled: _Settled, req: ApprovalRequest
-    ) -> Decision:
+        self, put: Builder, request_id: str, settled: _Settled, req: ApprovalRequest, full: bool
+    ) -> Decision | Outcome:
         """Append ``asked`` and the ``decided`` that steps 3.1–3.3 made, as ONE submission (one
         transaction: both land or neither), and wait once, shielded and bounded by
         ``settle_grace``: the decision was made before any await, so no cancellation can come
@@ -297,45 +337,58 @@ class Questions:
         by_policy = settled.source is Source.POLICY
         rule = settled.rule
         origin = rule.origin if rule is not None else None
-        decided = ApprovalDecided(
-            id=request_id,
-            outcome=settled.outcome,
-            remembered=settled.remembered,
-            policy=Policy.NEVER if by_policy else None,
-            source=settled.source,
-            rule_layer=origin.layer.value if origin is not None else None,
-            rule_file=origin.file if origin is not None else None,
-            rule_index=origin.index if origin is not None else None,
-            grant=settled.grant,
+        decided = _decided(
+            request_id,
+            settled.outcome,
+            settled.remembered,
+            Policy.NEVER if by_policy else None,
+            False,  # recovered
+            None,  # answered_by
+            settled.source,
+            origin.layer.value if origin is not None else None,  # rule_layer
+            origin.file if origin is not None else None,  # rule_file
+            origin.index if origin is not None else None,  # rule_index
+            settled.grant,
+            None,  # answerer
+            None,  # message
+            None,  # answers
         )
         session_log = self._log
         submitted = await session_log.sequence_now(*self._expiries(), put, decided)
         assert submitted is not None  # put always builds
-        await session_log.durable(submitted, schedule=True, shielded=True)
-        return Decision(
-            id=request_id,
-            outcome=settled.outcome,
-            remembered=settled.remembered,
-            by_policy=by_policy,
-            source=settled.source,
-            rule=rule,
-            arguments_digest=req.arguments_digest,
+        ticket = submitted[1]
+        if ticket.done and ticket.error is None:  # durable()'s first case, inline
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            await session_log.durable(submitted, schedule=True, shielded=True)
+        if not full:
+            return settled.outcome
+        return _decision(
+            request_id,
+            settled.outcome,
+            settled.remembered,
+            by_policy,
+            None,  # answered_by
+            settled.source,
+            rule,
+            req.arguments_digest,
+            None,  # message
+            None,  # answers
         )
 
-    def _decide_now(
-        self, req: ApprovalRequest, flight: Flight, question: Asking | None = None
-    ) -> _Settled | None:
+    def _decide_now(self, req: ApprovalRequest, flight: Flight) -> _Settled | Rule | None:
         """Steps 3.1–3.3, which consult no answerer — abort, the ``never`` policy, then the
-        rules and grants (deny beats ask beats allow; a grant is an allow) — or None when the
-        waterfall must decide (:meth:`_decide`)."""
+        rules and grants (deny beats ask beats allow; a grant is an allow) — or, when the
+        waterfall must decide (:meth:`_decide`), the ask rule that sent it there (its
+        approvers and quorum apply) or None."""
         signal = req.signal
         if flight.cause is None and signal is not None and is_aborted(signal):
             flight.withdraw(Withdrawal.ABORTED, "before the question was put")
         if flight.cause is not None:
-            return _Settled(_settled_by(flight.cause), _CAUSES[flight.cause])
+            return _WITHDRAWN[flight.cause]
         session = self._session
         if session.effective_policy is Policy.NEVER:
-            return _Settled(Outcome.REJECTED, Source.POLICY)
+            return _BY_POLICY
         rules = session.rules
         if rules.rules:
             verdict = rules.decide(req.tool_name, req.arguments)
@@ -343,10 +396,7 @@ class Questions:
             if decision is RuleDecision.DENY:
                 return _Settled(Outcome.REJECTED, Source.RULE, rule=verdict.rule)
             if decision is RuleDecision.ASK:
-                if question is not None and verdict.rule is not None:
-                    question.approvers = verdict.rule.approvers  # who alone may answer it
-                    question.quorum = verdict.rule.quorum  # how many of them must allow
-                return None  # an ask rule beats any allow, a grant included
+                return verdict.rule  # an ask rule beats any allow, a grant included
             if decision is RuleDecision.ALLOW:
                 return _Settled(
                     Outcome.ALLOWED_ONCE, Source.RULE, remembered=True, rule=verdict.rule
@@ -378,13 +428,17 @@ class Questions:
             if revocation is None:
                 break
             await self._log.append(_revoked(grant_id, revocation.by))
-            current = self._decide_now(req, flight)
+            again = self._decide_now(req, flight)
+            current = again if type(again) is _Settled else None
         return current  # noqa: ASYNC910 (no read needed: the caller's submission awaits next)
 
     def _expiries(self) -> tuple[Appendable, ...]:
         """The expiry of each grant the last decision found expired, once each (a builder: a
         grant revoked meanwhile is not expired again)."""
-        expired, self._expired = self._expired, ()
+        expired = self._expired
+        if not expired:  # the usual case: nothing to make
+            return ()
+        self._expired = ()
         return tuple(_revoked(g.id, None, expired=True) for g in expired)
 
     async def _decide(self, req: ApprovalRequest, flight: Flight) -> Outcome:
@@ -499,3 +553,24 @@ def _source_of(flight: Flight, outcome: Outcome) -> tuple[Source, str | None]:
 
 def _settled_by(cause: Withdrawal) -> Outcome:
     return Outcome.UNAVAILABLE if cause is Withdrawal.ANSWERER_LOST else Outcome.CANCELLED
+
+
+# What steps 3.1-3.3 decide the same way every time, made once: the policy ``never``, and a
+# question withdrawn before it was put (by cause).
+_BY_POLICY = _Settled(Outcome.REJECTED, Source.POLICY)
+_WITHDRAWN = {cause: _Settled(_settled_by(cause), _CAUSES[cause]) for cause in Withdrawal}
+
+# The question's events and decision, made positionally with every field (broker._events.maker):
+# each is made once a question.
+_asked = maker(ApprovalAsked, "id tool_name call_id reason arguments_digest")
+# Asking(request=..., id=...): no hooks yet, no approvers, a quorum of one.
+_asking = maker(Asking, "request id hooks approvers quorum")
+_decided = maker(
+    ApprovalDecided,
+    "id outcome remembered policy recovered answered_by source rule_layer rule_file rule_index "
+    "grant answerer message answers",
+)
+_decision = maker(
+    Decision,
+    "id outcome remembered by_policy answered_by source rule arguments_digest message answers",
+)

@@ -18,7 +18,7 @@ import trio
 
 from .._codec import EventDecodeError, decode_event, encode_event
 from .._collapse import collapse_single
-from .._events import Event
+from .._events import Event, maker
 from ._protocol import Durability, SessionRecord, StoreError, StoreHead
 from ._requests import (
     AppendRequest,
@@ -47,6 +47,13 @@ __all__ = [
 
 DEFAULT_CHECKPOINT_EVERY = 256
 DEFAULT_INBOX_SIZE = 1024
+
+# AppendRequest(session_id=..., events=..., lines=..., seq=..., state=...), positionally with
+# the fields of an unresolved ticket first: the session's submission, made on every append.
+_append_request = maker(
+    AppendRequest,
+    "done error _waiter _callback deadline _waits session_id events lines seq state",
+)
 
 # Event classes whose encoded lines were seen to decode back to the same class.
 _DECODABLE: set[type[Event]] = set()
@@ -150,8 +157,8 @@ class GroupStore:
         if self._closed:  # _check_open, inline: this runs on every append
             self._check_open()
         frozen, lines = _encode_all(events)
-        request = AppendRequest(
-            session_id=session_id, events=frozen, lines=lines, seq=seq, state=state
+        request = _append_request(
+            False, None, None, None, 0.0, None, session_id, frozen, lines, seq, state
         )
         self._writer.submit_nowait(request)
         return request

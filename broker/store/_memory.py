@@ -60,7 +60,9 @@ class MemoryStore:
             self._check_open()
         if self.fail_appends is not None:
             raise StoreError(self.fail_appends)
-        log = self._logs.setdefault(session_id, [])
+        log = self._logs.get(session_id)
+        if log is None:  # not setdefault: that makes a list on every append
+            log = self._logs[session_id] = []
         if seq != len(log):
             raise StoreError(
                 f"session {session_id!r} submitted events after seq {seq}, but its log ends at "

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 __all__ = ["Job", "SessionExistsError", "empty_job", "out_of_sequence", "stage_group"]
 
 
+# SessionHead(seq, hash, state, checkpoint_seq) without its Python __new__: one per durable
+# submission.
+_head = tuple.__new__
+
+
 class SessionExistsError(StoreError):
     """An import named a session that already exists; nothing was stored."""
 
@@ -118,7 +123,7 @@ def stage_group(
                 given = head.state
                 for event in request.events:
                     given = fold(given, event)
-            head = SessionHead(seq, prev, given, head.checkpoint_seq)
+            head = _head(SessionHead, (seq, prev, given, head.checkpoint_seq))
         staged[session_id] = head
         accepted.append(request)
     heads: list[tuple[int, bytes, str]] = []
