@@ -81,8 +81,8 @@ async def measure_async(rounds: int, blocks: int = 50) -> Result:
                 unit="µs",
                 baseline=b["p50"],
                 baseline_label="bare trio memory-channel round trip p50",
-                target="<= 2x",
-                met=ratio <= 2.0,
+                target="<= 1.8x",  # issue 37 (2x before)
+                met=ratio <= 1.8,
             ),
             Figure(
                 label="broker.request() p99",
@@ -108,7 +108,7 @@ def main(rounds: int) -> int:
     print(f"{'bare channel round trip':24}{latency.baseline:10.2f}{p99.baseline:10.2f}")
     print(f"{'broker.request()':24}{latency.value:10.2f}{p99.value:10.2f}")
     verdict = "met" if latency.met else "NOT met"
-    print(f"ratio p50 broker/bare: {latency.ratio:.2f}x (target <= 2x: {verdict})")
+    print(f"ratio p50 broker/bare: {latency.ratio:.2f}x (target <= 1.8x: {verdict})")
     return 0
 
 
