@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -44,16 +45,23 @@ log = logging.getLogger("broker.session")
 # version 4, 122 random bits from the OS CSPRNG) at a fraction of the cost. The pool is kept
 # as hex: an id is cut from it as text, its version digit written as "4" and its variant digit
 # (the top two bits of byte 8 set to 10) mapped from the random one.
+# The pool is per thread: brokers run by trio in several threads of one process never cut the
+# same id from a pool they share.
 _POOL_BYTES = 4096
-_pool = ""
-_offset = 2 * _POOL_BYTES
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
+class _Pool(threading.local):
+    text = ""
+    offset = 2 * _POOL_BYTES
+
+
+_pool = _Pool()
 
 
 def _reset_after_fork() -> None:
     # A forked child must not hand out the ids its parent will hand out.
-    global _pool, _offset
-    _pool, _offset = "", 2 * _POOL_BYTES
+    _pool.text, _pool.offset = "", 2 * _POOL_BYTES
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -61,12 +69,13 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 def new_id() -> str:
     """A fresh question id: a UUID4 string."""
-    global _pool, _offset
-    start = _offset
-    if start >= len(_pool):
-        _pool, start = os.urandom(_POOL_BYTES).hex(), 0
-    _offset = start + 32
-    h = _pool[start : start + 32]
+    pool = _pool
+    text, start = pool.text, pool.offset
+    if start >= len(text):
+        text = pool.text = os.urandom(_POOL_BYTES).hex()
+        start = 0
+    pool.offset = start + 32
+    h = text[start : start + 32]
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
 
 

@@ -105,3 +105,56 @@ async def test_a_task_in_the_answerers_own_nursery_sees_it(
             )
     # A child task inherits the context it was started in: the asking task's, so it sees it.
     assert inside == [log_of(approval_broker, approval_session)[1].id]  # type: ignore[attr-defined]
+
+
+def test_question_ids_are_uuid4_and_never_repeat_across_pools_threads_and_forks() -> None:
+    # Ids are cut from a per-thread pool of OS randomness (broker._questions.new_id): each is
+    # an RFC 4122 version-4 UUID; none repeats across pool refills, across threads cutting at
+    # once, or between a forked child and its parent (red without the reset at fork; a race on
+    # one shared pool is too rare to show here, hence the pool per thread by construction).
+    import os
+    import sys
+    import threading
+    import uuid
+
+    from broker._questions import _POOL_BYTES, new_id
+
+    per_pool = 2 * _POOL_BYTES // 32
+    ids = [new_id() for _ in range(3 * per_pool + 5)]
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (str(parsed), parsed.version, parsed.variant) == (text, 4, uuid.RFC_4122)
+    assert len(set(ids)) == len(ids)
+
+    cut: list[list[str]] = [[], []]
+    start = threading.Barrier(2)
+
+    def cutter(into: list[str]) -> None:
+        start.wait()
+        into.extend(new_id() for _ in range(20 * per_pool))
+
+    threads = [threading.Thread(target=cutter, args=(into,)) for into in cut]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    finally:
+        sys.setswitchinterval(interval)
+    both = cut[0] + cut[1]
+    assert len(both) == 40 * per_pool
+    assert len(set(both)) == len(both)
+
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        os.write(write, new_id().encode())
+        os._exit(0)
+    os.close(write)
+    in_child = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(child, 0)
+    assert uuid.UUID(in_child).version == 4
+    assert in_child != new_id()
