@@ -480,6 +480,25 @@ def test_a_group_written_as_one_statement_stores_its_rows_exactly(tmp_path: Path
         conn.close()
     nul = attrs.evolve(plan, rows=[("a\x00b", 1, 5, "{}", b"p" * 32, b"h" * 32)], heads=[])
     assert group_parameters(nul) is None  # SQLite's JSON stops at a NUL: written row by row
+    # Numbers past the fixed widths (a seq of 13 digits, more rows than an index holds: an import
+    # of millions of events is one group) are written row by row too, never misaligned.
+    huge = 10**12
+    far = attrs.evolve(
+        plan,
+        rows=[("s", huge, 5, "{}", b"p" * 32, b"h" * 32)],
+        heads=[(huge, b"h" * 32, "s")],
+    )
+    assert group_parameters(far) is None
+    assert (
+        group_parameters(
+            attrs.evolve(
+                far, rows=[("s", 7, 5, "{}", b"p" * 32, b"h" * 32)], heads=[(7, b"h" * 32, "s")]
+            )
+        )
+        is not None
+    )
+    many = attrs.evolve(plan, rows=rows * (1_000_000 // len(rows) + 1))
+    assert group_parameters(many) is None
 
 
 async def test_a_session_id_with_a_nul_is_stored_exactly(

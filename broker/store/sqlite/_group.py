@@ -72,6 +72,10 @@ _ROW = b"%012d%07d%012d%012d"
 _ROW_WIDTH = _ROW_SEQ + _ROW_PREV + _ROW_START + _ROW_LENGTH
 _HEAD = b"%012d%07d"
 _HEAD_WIDTH = 12 + 7
+# What the widths hold: a group with more rows, a seq or a group of lines past them (an import
+# of millions of events is one group) is written statement by statement, never misaligned.
+_MAX_ROWS = 10 ** (_ROW_PREV - 1)  # an index, and -1, in 7 characters
+_MAX_NUMBER = 10**_ROW_SEQ  # a seq, a line's start or length in 12 digits
 
 
 def _field(blob: str, width: int, offset: int, size: int, index: str = "key") -> str:
@@ -167,6 +171,8 @@ def group_parameters(plan: Plan) -> tuple[object, ...] | None:
     ``json.dumps`` itself uses), once per session; lines are only encoded: every durable row
     passes here, on the trio thread."""
     rows = plan.rows
+    if len(rows) >= _MAX_ROWS:
+        return None
     escaped: dict[str, str] = {}  # each session id, escaped once
     index: dict[str, int] = {}  # the last row of each session
     last = index.get
@@ -190,6 +196,8 @@ def group_parameters(plan: Plan) -> tuple[object, ...] | None:
         start += len(data)
         index[session_id] = position
     heads = plan.heads
+    if start >= _MAX_NUMBER or any(seq >= _MAX_NUMBER for seq, _, _ in heads):
+        return None
     return (
         _json_array([[session_id, parent_id] for session_id, parent_id, _, _ in plan.creates]),
         _json_array([session_id for session_id, _, _, _ in plan.auto_creates]),
