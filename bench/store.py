@@ -32,7 +32,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import resource
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,12 +116,16 @@ async def store_asks(path: Path, sessions: int, asks: int) -> tuple[float, int]:
 
 
 async def broker_asks(
-    path: Path | str | MemoryStore | None, sessions: int, asks: int
+    path: Path | str | MemoryStore | None,
+    sessions: int,
+    asks: int,
+    cpu: list[float] | None = None,
 ) -> tuple[float, int]:
     """Seconds for *asks* ``broker.request`` calls on each of *sessions* sessions (policy
     ``never``, every session inside an open turn), and SQLite transactions committed meanwhile.
     *path* is a store file, a store URL (``bench.pgstore`` passes a PostgreSQL DSN) or a memory
-    store; None: a new in-memory store (the ratio's baseline)."""
+    store; None: a new in-memory store (the ratio's baseline). *cpu*, if given, gets the CPU
+    seconds the process spent meanwhile (every thread, user and system)."""
     async with open_broker(policy="never", store=path or MemoryStore()) as broker:
         store = broker.store
         ready = 0
@@ -147,12 +153,21 @@ async def broker_asks(
                 nursery.start_soon(one_session)
             await all_ready.wait()
             before = _transactions(store)
+            cpu_start = _cpu_seconds()
             start = time.perf_counter()
             go.set()
             await all_done.wait()
             elapsed = time.perf_counter() - start
+            if cpu is not None:
+                cpu.append(_cpu_seconds() - cpu_start)
             txns = _transactions(store) - before
         return elapsed, txns
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds this process has used (every thread, user and system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _transactions(store: object) -> int:
@@ -349,6 +364,8 @@ async def _main(args: argparse.Namespace) -> int:
             best: dict[str, float] = {}
             txns: dict[str, int] = {}
             rounds: list[float] = []
+            cpu: dict[str, list[float]] = {"broker": [], "memory": []}
+            seconds_of: dict[str, list[float]] = {"broker": [], "memory": []}
             for run in range(args.repeat):
                 name = f"{index}-{run}"
                 runs: dict[str, float] = {}
@@ -364,10 +381,14 @@ async def _main(args: argparse.Namespace) -> int:
                     )
                 if "broker" in paths:
                     runs["broker"], txns["broker"] = await broker_asks(
-                        directory / f"broker{name}.db", sessions, per_session
+                        directory / f"broker{name}.db", sessions, per_session, cpu["broker"]
                     )
-                    runs["memory"], _ = await broker_asks(None, sessions, per_session)
+                    runs["memory"], _ = await broker_asks(
+                        None, sessions, per_session, cpu["memory"]
+                    )
                     rounds.append(runs["memory"] / runs["broker"])
+                    seconds_of["broker"].append(runs["broker"])
+                    seconds_of["memory"].append(runs["memory"])
                     runs["broker raw"] = raw_batched(
                         directory / f"brraw{name}.db",
                         sessions,
@@ -406,6 +427,7 @@ async def _main(args: argparse.Namespace) -> int:
                 )
                 each = ", ".join(f"{r:.2f}x" for r in rounds)
                 print(f"{'':>8} durable ÷ memory round by round: {each}", flush=True)
+                print(_cpu_line(cpu, seconds_of, total), flush=True)
         print("(a) raw: prepared rows, inserted only; (a+) raw: rows built in the timed loop;")
         print("each path against raw inserts of its own rows; (b) naive: the store's rows")
         print("targets at 256 sessions: broker ÷ memory >= 0.5x, ÷(b) >= 10x; store ÷(a) >= 0.5x")
@@ -425,6 +447,23 @@ async def _main(args: argparse.Namespace) -> int:
             f"({without / with_checkpoints:.1f}x faster: one checkpoint per session)"
         )
     return 0
+
+
+def _cpu_line(cpu: dict[str, list[float]], seconds: dict[str, list[float]], total: int) -> str:
+    """Where the ratio comes from: a path's rate is the cores it got over its CPU per ask, so
+    durable ÷ memory = (memory's CPU per ask ÷ durable's) x (cores durable got ÷ memory's).
+    Medians over the rounds; the CPU is the whole process's (the trio thread, the writer's)."""
+    per_ask = {path: statistics.median(cpu[path]) / total * 1e6 for path in cpu}
+    cores = {
+        path: statistics.median([c / s for c, s in zip(cpu[path], seconds[path], strict=True)])
+        for path in cpu
+    }
+    return (
+        f"{'':>8} CPU per ask: durable {per_ask['broker']:.1f} us on {cores['broker']:.2f} "
+        f"cores, in memory {per_ask['memory']:.1f} us on {cores['memory']:.2f} cores: "
+        f"ratio = {per_ask['memory'] / per_ask['broker']:.2f} (CPU) x "
+        f"{cores['broker'] / cores['memory']:.2f} (cores)"
+    )
 
 
 async def _suite_run(prefix: Path, sessions: int, per_session: int) -> dict[str, float]:
