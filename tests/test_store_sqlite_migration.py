@@ -91,6 +91,9 @@ def test_a_reader_reads_version_1_as_it_is_and_changes_nothing(v1: Path, tmp_pat
     with open_sqlite_reader(v1) as reader:
         sessions = reader.sessions()
         assert [len(list(reader.rows(info.session_id))) for info in sessions] == [14, 5, 4]
+        # One session's read (broker log show) takes version 1's key: the same rows.
+        for info in sessions:
+            assert list(reader.linked_rows(info.session_id)) == list(reader.rows(info.session_id))
         assert reader.broken_links() == []
     export_all(v1, tmp_path / "export")
     assert v1.read_bytes() == before
@@ -122,6 +125,11 @@ async def test_a_writer_migrates_version_1_keeping_every_row_and_guarantee(
         row[0] for row in _query(v1, "SELECT * FROM checkpoints ORDER BY session_id")
     ]
     _links_are_whole(v1)
+    with open_sqlite_reader(v1) as reader:  # migrated links walk to every row of a session
+        for info in reader.sessions():
+            walked = list(reader.linked_rows(info.session_id))
+            assert [row.seq for row in walked] == list(range(1, info.head_seq + 1))
+            assert walked == list(reader.rows(info.session_id))
     summary = verify_store(v1)  # the pending question was settled by recovery
     assert (summary.sessions, summary.pending) == (3, 0)
     decided = _query(

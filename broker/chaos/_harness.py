@@ -210,6 +210,9 @@ class _Subset:
     def rows(self, session_id: str) -> Iterator[EventRow]:
         return self.reader.rows(session_id)
 
+    def linked_rows(self, session_id: str) -> Iterator[EventRow]:
+        return self.reader.linked_rows(session_id)
+
     def orphan_session_ids(self) -> list[str]:
         return [sid for sid in self.reader.orphan_session_ids() if sid in self.ids]
 

@@ -171,7 +171,7 @@ async def _demo(
         print(f"file on disk: {target.name} does not exist")
     print(f"\naudit pairs (read back from {store.name} after the broker closed):")
     with open_sqlite_reader(store) as reader:
-        for row in reader.rows(session_id):
+        for row in reader.linked_rows(session_id):
             if row.line.startswith('{"type":"approval/'):
                 print(f"  {row.line}")
     print(f"\nthe whole session: broker log show {shlex.quote(str(store))} {session_id}")

@@ -22,7 +22,9 @@ from .._events import ApprovalGrant, ApprovalRevoke
 from ._logtools import LogToolError, open_reader
 
 if TYPE_CHECKING:
-    from ._rows import StoreReader
+    from collections.abc import Callable, Iterator
+
+    from ._rows import EventRow, StoreReader
 
 __all__ = ["GrantRow", "list_grants"]
 
@@ -61,14 +63,18 @@ def list_grants(store: str | os.PathLike[str], session_id: str | None = None) ->
         else:
             ids = [info.session_id for info in reader.sessions()]
         rows: list[GrantRow] = []
+        # One session: walk its chain; every session: index the snapshot once (rows()).
+        read = reader.linked_rows if session_id is not None else reader.rows
         for sid in ids:
-            rows.extend(_grants_of(reader, sid))
+            rows.extend(_grants_of(reader, sid, read))
         return rows
 
 
-def _grants_of(reader: StoreReader, session_id: str) -> list[GrantRow]:
+def _grants_of(
+    reader: StoreReader, session_id: str, read: Callable[[str], Iterator[EventRow]]
+) -> list[GrantRow]:
     found: dict[str, GrantRow] = {}
-    for row in reader.rows(session_id):
+    for row in read(session_id):
         try:
             event = decode_event(row.line)
         except EventDecodeError as exc:

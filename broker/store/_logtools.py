@@ -231,7 +231,7 @@ def show_session(path: str | os.PathLike[str], session_id: str) -> Timeline:
         if info is None:
             raise _unknown_session(reader, _shown(path), session_id)
         rows: list[tuple[int, int, Event]] = []
-        for row in reader.rows(session_id):
+        for row in reader.linked_rows(session_id):
             try:
                 rows.append((row.seq, row.ts_ms, decode_event(row.line)))
             except EventDecodeError as exc:
@@ -427,8 +427,8 @@ def session_lines(
         if reader.session(session_id) is None:
             raise _unknown_session(reader, _shown(path), session_id)
         if with_time:
-            return [timed_line(row.line, row.ts_ms) for row in reader.rows(session_id)]
-        return [row.line for row in reader.rows(session_id)]
+            return [timed_line(row.line, row.ts_ms) for row in reader.linked_rows(session_id)]
+        return [row.line for row in reader.linked_rows(session_id)]
 
 
 def session_file_name(session_id: str) -> str:

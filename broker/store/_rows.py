@@ -69,6 +69,12 @@ class StoreReader(Protocol):
         """*session_id*'s rows in seq order."""
         ...
 
+    def linked_rows(self, session_id: str) -> Iterator[EventRow]:
+        """*session_id*'s rows in seq order, for a tool that reads one session: as its chain
+        links them where a store links its rows (fast; :meth:`rows` when the chain is not
+        whole), else :meth:`rows`. ``verify`` reads :meth:`rows`, which has every row."""
+        ...
+
     def orphan_session_ids(self) -> list[str]:
         """Session ids that have events but no session record."""
         ...

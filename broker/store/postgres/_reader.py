@@ -95,6 +95,10 @@ class PostgresReader:
         )
         return [str(session_id) for (session_id,) in rows]
 
+    def linked_rows(self, session_id: str) -> Iterator[EventRow]:
+        """:meth:`rows`: PostgreSQL finds a session's rows by their key, not by links."""
+        return self.rows(session_id)
+
     def broken_links(self) -> list[tuple[str, int, str]]:
         """None: PostgreSQL's rows are found by their (session_id, seq) key, not linked."""
         return []

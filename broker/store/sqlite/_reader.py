@@ -23,6 +23,7 @@ import attrs
 
 from .._rows import EventRow, SessionInfo, StoredCheckpoint
 from ._schema import connect_reader, schema_version
+from ._walk import CHAIN_CHECK_SQL, CHAIN_SQL
 
 if TYPE_CHECKING:
     import sqlite3
@@ -85,6 +86,44 @@ class SqliteReader:
         if self._rows_sql is None:
             self._rows_sql = self._session_index()
         cursor = self._conn.execute(self._rows_sql, (session_id,))
+        for seq, ts_ms, line, prev_hash, digest in cursor:
+            yield EventRow(
+                session_id=session_id,
+                seq=seq,
+                ts_ms=ts_ms,
+                line=line,
+                prev_hash=prev_hash,
+                hash=digest,
+            )
+
+    def linked_rows(self, session_id: str) -> Iterator[EventRow]:
+        """*session_id*'s rows in seq order as its chain links them, for a tool that reads one
+        session (``broker log show``, an export of one session): O(its rows), where
+        :meth:`rows` first indexes the whole snapshot (~0.4 s a million rows) in version 2.
+
+        When the walk from the session's head is not its whole chain (a link or a row was
+        changed behind the store's back), every row the file holds for it instead
+        (:meth:`rows`), so what reads them reports the damage. A row no link reaches beside a
+        whole chain is not shown here; ``broker log verify`` (which reads :meth:`rows`) finds it.
+        """
+        if self._rows_sql is not None or schema_version(self._conn) == 1:
+            return self.rows(session_id)  # indexed already, or keyed by session
+        found = self._conn.execute(
+            "SELECT head_seq FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        head_seq = 0 if found is None else found[0]
+        count, distinct, first, last, ends = self._conn.execute(
+            CHAIN_CHECK_SQL, (session_id,)
+        ).fetchone()
+        whole = count == distinct == head_seq and (
+            head_seq == 0 or (first == 1 and last == head_seq and ends == 1)
+        )
+        if not whole:
+            return self.rows(session_id)
+        return self._linked(session_id)
+
+    def _linked(self, session_id: str) -> Iterator[EventRow]:
+        cursor = self._conn.execute(CHAIN_SQL, (session_id,))
         for seq, ts_ms, line, prev_hash, digest in cursor:
             yield EventRow(
                 session_id=session_id,

@@ -15,16 +15,26 @@ linked or not, use :mod:`._reader`'s session index instead.
 
 from __future__ import annotations
 
-__all__ = ["ASKED_IDS_SQL", "DECIDED_SINCE_SQL", "LINES_SQL", "TAIL_SQL"]
+__all__ = [
+    "ASKED_IDS_SQL",
+    "CHAIN_CHECK_SQL",
+    "CHAIN_SQL",
+    "DECIDED_SINCE_SQL",
+    "LINES_SQL",
+    "TAIL_SQL",
+]
 
 
 def _walk(columns: str, *, keep_walking: str, wanted: str) -> str:
     """A walk of session ``?1`` from its head, going on past a row while *keep_walking* holds
     for it (``e`` is the row), returning *columns* of the rows where *wanted* holds, in seq
     order. Each step reads the next row once, carrying its columns along."""
-    row = "{t}.id, {t}.session_id, {t}.seq, {t}.ts_ms, {t}.line, {t}.hash, {t}.prev_row"
+    row = (
+        "{t}.id, {t}.session_id, {t}.seq, {t}.ts_ms, {t}.line, {t}.prev_hash, {t}.hash, "
+        "{t}.prev_row"
+    )
     return (
-        "WITH RECURSIVE e(id, session_id, seq, ts_ms, line, hash, prev_row) AS ("
+        "WITH RECURSIVE e(id, session_id, seq, ts_ms, line, prev_hash, hash, prev_row) AS ("
         f"SELECT {row.format(t='h')} FROM sessions AS s JOIN events AS h ON h.id = s.head_row "
         "WHERE s.id = ?1 AND h.session_id = ?1 "
         "UNION ALL "
@@ -39,6 +49,20 @@ TAIL_SQL = _walk("e.seq, e.line, e.hash", keep_walking="e.seq > ?2 + 1", wanted=
 
 #: ``(seq, line)`` of every row of session ``?1``.
 LINES_SQL = _walk("e.seq, e.line", keep_walking="true", wanted="true")
+
+#: ``(seq, ts_ms, line, prev_hash, hash)`` of every row of session ``?1`` (a read-only tool's
+#: one session, :meth:`._reader.SqliteReader.linked_rows`).
+CHAIN_SQL = _walk("e.seq, e.ts_ms, e.line, e.prev_hash, e.hash", keep_walking="true", wanted="true")
+
+#: Whether session ``?1``'s walk is its whole chain: how many rows it reached, how many distinct
+#: seqs, the smallest and largest seq, and whether seq 1 links to nothing. Whole when all four
+#: numbers are its ``head_seq`` (or 1 for the smallest) and seq 1 ends it.
+CHAIN_CHECK_SQL = _walk(
+    "count(*), count(DISTINCT e.seq), min(e.seq), max(e.seq), "
+    "coalesce(max(e.seq = 1 AND e.prev_row IS NULL), 0)",
+    keep_walking="true",
+    wanted="true",
+)
 
 #: The ids of session ``?1``'s ``approval/asked`` rows, in seq order.
 ASKED_IDS_SQL = _walk(
