@@ -85,11 +85,18 @@ _DECIDED_ANYWHERE = (
 _POLL_CHUNK = 500
 
 
+def _decided_query(conn: sqlite3.Connection) -> str:
+    """The query of the log's decision of a question in its session (``?1`` the session,
+    ``?2`` when it was asked, ``?3`` its id), for *conn*'s schema version: read once per use
+    of a connection, not once per question."""
+    return DECIDED_SINCE_SQL if schema_version(conn) >= 2 else _DECIDED_IN_SESSION_V1
+
+
 def _decided_in_session(
-    conn: sqlite3.Connection, session_id: str, asked_ms: int, question_id: str
+    conn: sqlite3.Connection, query: str, session_id: str, asked_ms: int, question_id: str
 ) -> tuple[str] | None:
-    """The outcome the log decided *question_id* with, asked in *session_id* at *asked_ms*."""
-    query = DECIDED_SINCE_SQL if schema_version(conn) >= 2 else _DECIDED_IN_SESSION_V1
+    """The outcome the log decided *question_id* with, asked in *session_id* at *asked_ms*
+    (*query*: :func:`_decided_query`'s)."""
     row: tuple[str] | None = conn.execute(query, (session_id, asked_ms, question_id)).fetchone()
     return row
 
@@ -154,7 +161,9 @@ def _status(conn: sqlite3.Connection, question_id: str) -> QuestionStatus | None
         # Pruned once decided, or decided without being put up here: settled, from the log.
         return settled_from_log(question_id, *decided)
     question = _question_from(row[0])
-    decided = _decided_in_session(conn, question.session_id, question.asked_at_ms, question_id)
+    decided = _decided_in_session(
+        conn, _decided_query(conn), question.session_id, question.asked_at_ms, question_id
+    )
     answer_row = conn.execute(
         "SELECT question_id, outcome, answered_by, answered_ms, always, always_how, message "
         "FROM board_answers WHERE question_id = ?",
@@ -461,10 +470,11 @@ class SqliteBoard:
                 query += " WHERE session_id = ?"
                 parameters = (session_id,)
             found, settled = [], []
+            decided_query = _decided_query(conn)
             for (text,) in conn.execute(query + " ORDER BY asked_ms, id", parameters).fetchall():
                 question = _question_from(text)
                 decided = _decided_in_session(
-                    conn, question.session_id, question.asked_at_ms, question.id
+                    conn, decided_query, question.session_id, question.asked_at_ms, question.id
                 )
                 if decided is None:
                     found.append(question)

@@ -41,6 +41,8 @@ class SqliteReader:
     # How rows() finds a session's rows: version 1's (session_id, seq) key, or the index
     # _session_index builds (version 2); read inside the snapshot, on first use.
     _rows_sql: str | None = attrs.field(default=None, init=False)
+    # The snapshot's schema version, read once (it cannot change within the snapshot).
+    _version: int | None = attrs.field(default=None, init=False)
 
     @property
     def where(self) -> str:
@@ -85,16 +87,7 @@ class SqliteReader:
         sees a row inserted or renumbered behind the store's back)."""
         if self._rows_sql is None:
             self._rows_sql = self._session_index()
-        cursor = self._conn.execute(self._rows_sql, (session_id,))
-        for seq, ts_ms, line, prev_hash, digest in cursor:
-            yield EventRow(
-                session_id=session_id,
-                seq=seq,
-                ts_ms=ts_ms,
-                line=line,
-                prev_hash=prev_hash,
-                hash=digest,
-            )
+        return self._event_rows(self._rows_sql, session_id)
 
     def linked_rows(self, session_id: str) -> Iterator[EventRow]:
         """*session_id*'s rows in seq order as its chain links them, for a tool that reads one
@@ -106,7 +99,7 @@ class SqliteReader:
         (:meth:`rows`), so what reads them reports the damage. A row no link reaches beside a
         whole chain is not shown here; ``broker log verify`` (which reads :meth:`rows`) finds it.
         """
-        if self._rows_sql is not None or schema_version(self._conn) == 1:
+        if self._rows_sql is not None or self._schema_version() == 1:
             return self.rows(session_id)  # indexed already, or keyed by session
         found = self._conn.execute(
             "SELECT head_seq FROM sessions WHERE id = ?", (session_id,)
@@ -120,10 +113,12 @@ class SqliteReader:
         )
         if not whole:
             return self.rows(session_id)
-        return self._linked(session_id)
+        return self._event_rows(CHAIN_SQL, session_id)
 
-    def _linked(self, session_id: str) -> Iterator[EventRow]:
-        cursor = self._conn.execute(CHAIN_SQL, (session_id,))
+    def _event_rows(self, query: str, session_id: str) -> Iterator[EventRow]:
+        """The rows *query* (``seq, ts_ms, line, prev_hash, hash`` of session ``?1``) yields,
+        streamed."""
+        cursor = self._conn.execute(query, (session_id,))
         for seq, ts_ms, line, prev_hash, digest in cursor:
             yield EventRow(
                 session_id=session_id,
@@ -134,11 +129,16 @@ class SqliteReader:
                 hash=digest,
             )
 
+    def _schema_version(self) -> int:
+        if self._version is None:
+            self._version = schema_version(self._conn)
+        return self._version
+
     def _session_index(self) -> str:
         """The query of rows(): version 1 has a (session_id, seq) key; version 2 has none (its
         writer walks chains, ._walk), so the first call indexes the snapshot's rows by session
         in a connection-local table, O(events log events) once, for every later call."""
-        if schema_version(self._conn) == 1:
+        if self._schema_version() == 1:
             return (
                 "SELECT seq, ts_ms, line, prev_hash, hash FROM events WHERE session_id = ? "
                 "ORDER BY seq"
@@ -164,7 +164,7 @@ class SqliteReader:
         """Rows of schema version 2 that do not link to their session's previous row (seq 1 to
         none), and sessions whose head row is not their last: what the writer's walks
         (._walk) would stop at. One pass over the file; none in version 1 (no links)."""
-        if schema_version(self._conn) == 1:
+        if self._schema_version() == 1:
             return []
         rows = self._conn.execute(
             "SELECT e.session_id, e.seq, p.session_id, p.seq FROM events AS e "
